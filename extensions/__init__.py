@@ -1,0 +1,1 @@
+"""Extensions that ship with toolfleet."""

@@ -1,0 +1,93 @@
+"""Read the catalog workers publish: which functions exist, their queue, and liveness."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from toolfleet.shared import codec
+from toolfleet.shared.naming import catalog_key, workers_key
+
+__all__ = ["Catalog", "CatalogReader"]
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """A snapshot of the catalog.
+
+    Attributes:
+        entries: function name -> catalog entry (name, description, parameters,
+            queue, timeout_s, slug, version, tool).
+        live_queues: queues with at least one worker heartbeat within the TTL.
+        read_at: ``time.monotonic()`` of the read.
+    """
+
+    entries: dict[str, dict[str, Any]]
+    live_queues: frozenset[str]
+    read_at: float
+
+    def is_live(self, function: str) -> bool:
+        """True when ``function``'s queue has a live worker."""
+        entry = self.entries.get(function)
+        return entry is not None and entry.get("queue") in self.live_queues
+
+
+class CatalogReader:
+    """Caches the catalog for ``cache_s`` seconds; re-reads early on a miss.
+
+    Args:
+        client: Redis client.
+        namespace: key prefix.
+        cache_s: seconds a snapshot is trusted.
+        worker_ttl_s: a heartbeat older than this does not count as live.
+    """
+
+    #: a miss (unknown or not live) re-reads when the snapshot is older than this
+    MISS_REFRESH_S = 0.1
+
+    def __init__(
+        self, client: redis.Redis, namespace: str, cache_s: float, worker_ttl_s: float
+    ) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.cache_s = cache_s
+        self.worker_ttl_s = worker_ttl_s
+        self._lock = threading.Lock()
+        self._snapshot: Catalog | None = None
+
+    def get(self, function: str | None = None) -> Catalog:
+        """A fresh-enough snapshot; when ``function`` is given and missing or not live in
+        the cached one, read again (at most every ``MISS_REFRESH_S``)."""
+        with self._lock:
+            snap = self._snapshot
+            now = time.monotonic()
+            age = now - snap.read_at if snap else float("inf")
+            stale = age > self.cache_s
+            miss = function is not None and snap is not None and not snap.is_live(function)
+            if stale or (miss and age > self.MISS_REFRESH_S):
+                snap = self._snapshot = self._read()
+            assert snap is not None
+            return snap
+
+    def _read(self) -> Catalog:
+        raw = self.client.hgetall(catalog_key(self.namespace))
+        entries: dict[str, dict[str, Any]] = {}
+        for name, data in raw.items():
+            try:
+                entry = codec.loads(data)
+            except codec.DecodeError:
+                continue
+            if isinstance(entry, dict):
+                entries[name.decode() if isinstance(name, bytes) else str(name)] = entry
+        queues = sorted({str(e.get("queue")) for e in entries.values()})
+        since = time.time() - self.worker_ttl_s
+        pipe = self.client.pipeline(transaction=False)
+        for queue in queues:
+            pipe.zcount(workers_key(self.namespace, queue), since, "+inf")
+        counts = pipe.execute() if queues else []
+        live = frozenset(q for q, n in zip(queues, counts, strict=True) if n)
+        return Catalog(entries=entries, live_queues=live, read_at=time.monotonic())

@@ -1,0 +1,49 @@
+"""Code common to producer and worker: wire models, codec, tool protocol, naming, settings."""
+
+from toolfleet.shared.errors import (
+    CanceledError,
+    ClientClosedError,
+    ClientError,
+    ConfigurationError,
+    CrashedError,
+    ExpiredError,
+    ExtensionToolError,
+    InvalidArgumentsError,
+    NotAvailableError,
+    RejectedError,
+    ToolCallError,
+    ToolfleetError,
+    ToolTimeoutError,
+    UnknownFunctionError,
+)
+from toolfleet.shared.settings import Settings
+from toolfleet.shared.tool import Extension, ExtensionContext, Tool
+from toolfleet.shared.wire import CallContext, Status, ToolCallRequest, ToolCallResult
+
+__all__ = [
+    # tool protocol
+    "Extension",
+    "ExtensionContext",
+    "Tool",
+    # wire
+    "CallContext",
+    "Status",
+    "ToolCallRequest",
+    "ToolCallResult",
+    "Settings",
+    # errors
+    "CanceledError",
+    "ClientClosedError",
+    "ClientError",
+    "ConfigurationError",
+    "CrashedError",
+    "ExpiredError",
+    "ExtensionToolError",
+    "InvalidArgumentsError",
+    "NotAvailableError",
+    "RejectedError",
+    "ToolCallError",
+    "ToolTimeoutError",
+    "ToolfleetError",
+    "UnknownFunctionError",
+]

@@ -1,0 +1,100 @@
+"""JSON encoding for everything on the wire (orjson, exact).
+
+orjson refuses integers beyond 64 bits and strings holding lone surrogates; for
+such a payload the standard library encodes it instead, so ``factorial(30)`` still
+travels as a JSON number and odd text never crashes an encoder. Decoding uses
+orjson and falls back to the standard library for the same cases.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import orjson
+
+__all__ = ["DecodeError", "EncodeError", "dumps", "dumps_str", "loads"]
+
+# orjson decodes integers beyond 64 bits as floats (losing digits); any run of 19 or
+# more digits sends the document to the standard library, which keeps them exact.
+_LONG_DIGITS_BYTES = re.compile(rb"\d{19}")
+_LONG_DIGITS_STR = re.compile(r"\d{19}")
+
+
+class DecodeError(ValueError):
+    """The bytes are not one JSON document. ``str(error)`` says where parsing stopped."""
+
+
+class EncodeError(TypeError):
+    """The value holds something JSON cannot carry (a set, an object, NaN is allowed)."""
+
+
+def _default(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def dumps(value: Any) -> bytes:
+    """Encode ``value`` as compact UTF-8 JSON.
+
+    Args:
+        value: any JSON value; pydantic models and tuples/sets are converted.
+
+    Returns:
+        The JSON document as bytes. Integers of any size are written with every digit;
+        lone surrogates are written as ``\\udXXX`` escapes.
+
+    Raises:
+        EncodeError: the value holds something that is not JSON.
+    """
+    try:
+        return orjson.dumps(value, default=_default)
+    except (orjson.JSONEncodeError, TypeError):
+        pass
+    try:
+        text = json.dumps(value, default=_default, separators=(",", ":"), allow_nan=True)
+    except (TypeError, ValueError) as exc:
+        raise EncodeError(str(exc)) from exc
+    return text.encode("ascii")
+
+
+def dumps_str(value: Any) -> str:
+    """Like :func:`dumps`, returning ``str``."""
+    return dumps(value).decode("utf-8")
+
+
+def loads(data: bytes | bytearray | memoryview | str) -> Any:
+    """Decode one JSON document.
+
+    Args:
+        data: UTF-8 bytes or text.
+
+    Returns:
+        The decoded value; integers beyond 64 bits come back exact (as ``int``).
+
+    Raises:
+        DecodeError: not valid JSON; the message names the line and column.
+    """
+    first_error: Exception | None = None
+    pattern = _LONG_DIGITS_STR if isinstance(data, str) else _LONG_DIGITS_BYTES
+    if pattern.search(data) is None:  # type: ignore[arg-type]
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            first_error = exc
+    try:
+        text = data if isinstance(data, str) else bytes(data).decode("utf-8", "surrogatepass")
+        return json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DecodeError(_describe(exc, first_error)) from exc
+
+
+def _describe(exc: Exception, fallback: Exception | None) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at line {exc.lineno} column {exc.colno} (char {exc.pos})"
+    return str(fallback or exc)

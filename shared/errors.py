@@ -1,0 +1,156 @@
+"""The toolfleet error tree.
+
+One root, at most two levels below it::
+
+    ToolfleetError                     root of everything toolfleet raises
+    ├── ClientError                    misuse of a client (closed client, bad method arguments)
+    │   └── ClientClosedError
+    ├── ConfigurationError             bad settings, bad extension or tool definition
+    └── ToolCallError                  a non-``ok`` wire status; carries the ToolCallResult
+        ├── ExtensionToolError         tool_error        (raised by tool code: the model reads it)
+        ├── InvalidArgumentsError      invalid_arguments
+        ├── UnknownFunctionError       unknown_function
+        ├── NotAvailableError          not_available
+        ├── ToolTimeoutError           timeout
+        ├── CanceledError              canceled
+        ├── ExpiredError               expired
+        ├── CrashedError               crashed
+        └── RejectedError              rejected
+
+Each wire status maps to exactly one class (:data:`ERROR_FOR_STATUS`), so
+``ToolCallResult.raise_for_status()`` is mechanical.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from toolfleet.shared.wire import ToolCallResult
+
+__all__ = [
+    "ERROR_FOR_STATUS",
+    "CanceledError",
+    "ClientClosedError",
+    "ClientError",
+    "ConfigurationError",
+    "CrashedError",
+    "ExpiredError",
+    "ExtensionToolError",
+    "InvalidArgumentsError",
+    "NotAvailableError",
+    "RejectedError",
+    "ToolCallError",
+    "ToolTimeoutError",
+    "ToolfleetError",
+    "UnknownFunctionError",
+]
+
+
+class ToolfleetError(Exception):
+    """Root of every error toolfleet raises."""
+
+
+class ClientError(ToolfleetError):
+    """A client was used wrongly (bad arguments to a method, wrong state)."""
+
+
+class ClientClosedError(ClientError):
+    """A call was made on a client after ``close()``."""
+
+
+class ConfigurationError(ToolfleetError):
+    """Settings, an extension or a tool definition is invalid."""
+
+
+class ToolCallError(ToolfleetError):
+    """A tool call ended with a non-``ok`` status.
+
+    Attributes:
+        result: the :class:`~toolfleet.shared.wire.ToolCallResult` that carried the
+            status, or ``None`` when the error was raised by tool code itself.
+    """
+
+    status: str = ""
+
+    def __init__(self, message: str = "", *, result: ToolCallResult | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.result = result
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.message,))
+
+
+class ExtensionToolError(ToolCallError):
+    """Raised by tool code to report a failure the model should read.
+
+    ``raise ExtensionToolError("city not found")`` becomes a ``tool_error`` reply whose
+    content is ``{"error": "city not found"}``, with no traceback.
+    """
+
+    status = "tool_error"
+
+
+class InvalidArgumentsError(ToolCallError):
+    """``invalid_arguments``: the arguments did not parse or validate."""
+
+    status = "invalid_arguments"
+
+
+class UnknownFunctionError(ToolCallError):
+    """``unknown_function``: no tool of that name exists in the fleet."""
+
+    status = "unknown_function"
+
+
+class NotAvailableError(ToolCallError):
+    """``not_available``: the tool exists but no live worker serves it, or not for this account."""
+
+    status = "not_available"
+
+
+class ToolTimeoutError(ToolCallError):
+    """``timeout``: no result within the time limit or the caller's deadline."""
+
+    status = "timeout"
+
+
+class CanceledError(ToolCallError):
+    """``canceled``: the call was canceled before it finished."""
+
+    status = "canceled"
+
+
+class ExpiredError(ToolCallError):
+    """``expired``: the deadline had passed when a worker took the call; it did not run."""
+
+    status = "expired"
+
+
+class CrashedError(ToolCallError):
+    """``crashed``: the tool raised an unexpected exception or its worker died."""
+
+    status = "crashed"
+
+
+class RejectedError(ToolCallError):
+    """``rejected``: the request could not be decoded or was refused before running."""
+
+    status = "rejected"
+
+
+ERROR_FOR_STATUS: dict[str, type[ToolCallError]] = {
+    cls.status: cls
+    for cls in (
+        ExtensionToolError,
+        InvalidArgumentsError,
+        UnknownFunctionError,
+        NotAvailableError,
+        ToolTimeoutError,
+        CanceledError,
+        ExpiredError,
+        CrashedError,
+        RejectedError,
+    )
+}

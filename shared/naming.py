@@ -1,0 +1,87 @@
+"""Every name toolfleet puts in Redis or on the wire, in one place.
+
+Function names follow OpenAI's rule for tool names, ``^[a-zA-Z0-9_-]{1,64}$``;
+queue names follow Dramatiq's (letters, digits, ``.``, ``_``, ``-``).
+
+Redis keys (``ns`` is the namespace, default ``toolfleet``)::
+
+    <ns>:<queue>                 Dramatiq's queue list (and .msgs, .XQ, .DQ beside it)
+    <ns>:reply:<client_id>       a producer's reply list
+    <ns>:catalog                 hash: function name -> catalog entry (JSON)
+    <ns>:workers:<queue>         sorted set: worker id -> last heartbeat (epoch seconds)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+__all__ = [
+    "FUNCTION_NAME_RE",
+    "MAX_FUNCTION_NAME",
+    "actor_name_for",
+    "catalog_key",
+    "default_queue_for",
+    "function_name",
+    "queue_msgs_key",
+    "reply_key",
+    "sanitize_slug",
+    "workers_key",
+]
+
+#: OpenAI function names: ``^[a-zA-Z0-9_-]{1,64}$``.
+FUNCTION_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+MAX_FUNCTION_NAME = 64
+_NOT_NAME = re.compile(r"[^a-zA-Z0-9_]")
+_NOT_QUEUE = re.compile(r"[^a-zA-Z0-9._-]")
+
+
+def sanitize_slug(slug: str) -> str:
+    """Turn an extension slug or tool name into a name part: hyphens and other
+    characters outside ``[a-zA-Z0-9_]`` become underscores; case is kept."""
+    return _NOT_NAME.sub("_", slug)
+
+
+def function_name(slug: str, tool: str) -> str:
+    """The function name of tool ``tool`` in extension ``slug``: ``ext_<slug>_<tool>``.
+
+    Hyphens (and any other character outside ``[a-zA-Z0-9_]``) become underscores;
+    case is kept (``maxPoints`` → ``ext_bfcl_maxPoints``). A name longer than 64
+    characters is cut and an 8-hex-digit hash of the full name appended, so it stays
+    unique and deterministic.
+    """
+    name = f"ext_{sanitize_slug(slug)}_{sanitize_slug(tool)}"
+    if len(name) <= MAX_FUNCTION_NAME:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[: MAX_FUNCTION_NAME - 9]}_{digest}"
+
+
+def default_queue_for(slug: str) -> str:
+    """The queue an extension's calls go to unless its manifest names one: ``tools.<slug>``."""
+    return "tools." + _NOT_QUEUE.sub("_", slug)
+
+
+def actor_name_for(queue: str) -> str:
+    """The Dramatiq actor that serves ``queue`` (one generic actor per queue)."""
+    return "toolfleet_call__" + _NOT_NAME.sub("_", queue)
+
+
+def reply_key(namespace: str, client_id: str) -> str:
+    """The reply list of one producer client."""
+    return f"{namespace}:reply:{client_id}"
+
+
+def catalog_key(namespace: str) -> str:
+    """The hash of catalog entries, one field per function name."""
+    return f"{namespace}:catalog"
+
+
+def workers_key(namespace: str, queue: str) -> str:
+    """The sorted set of live workers serving ``queue`` (score: last heartbeat, epoch s)."""
+    return f"{namespace}:workers:{queue}"
+
+
+def queue_msgs_key(namespace: str, queue: str) -> str:
+    """Dramatiq's hash of a queue's messages (pending, prefetched and running)."""
+    return f"{namespace}:{queue}.msgs"

@@ -1,0 +1,40 @@
+"""Settings: the one door through which toolfleet reads the environment (``TOOLFLEET_*``)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings"]
+
+
+class Settings(BaseSettings):
+    """toolfleet settings; each field reads ``TOOLFLEET_<NAME>`` (e.g. ``TOOLFLEET_REDIS_URL``).
+
+    Attributes:
+        redis_url: ``redis://`` or ``unix://`` URL; ``None`` means "not configured"
+            (only ``toolfleet demo`` then starts an embedded Redis).
+        namespace: prefix of every Redis key.
+        reply_ttl_s: seconds a reply list lives after its last push.
+        heartbeat_interval_s: seconds between worker heartbeats and catalog refreshes.
+        worker_ttl_s: a worker whose last heartbeat is older than this is not live.
+        catalog_cache_s: seconds a producer trusts its cached catalog.
+        shutdown_grace_s: seconds a worker process waits for running calls on SIGTERM.
+        default_timeout_s: time limit of a tool that states none.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="TOOLFLEET_", extra="ignore")
+
+    redis_url: str | None = None
+    namespace: str = "toolfleet"
+    reply_ttl_s: int = Field(default=300, ge=1)
+    heartbeat_interval_s: float = Field(default=2.0, gt=0)
+    worker_ttl_s: float = Field(default=10.0, gt=0)
+    catalog_cache_s: float = Field(default=1.0, ge=0)
+    shutdown_grace_s: float = Field(default=30.0, ge=0)
+    default_timeout_s: float = Field(default=30.0, gt=0)
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> Settings:
+        """Read ``TOOLFLEET_*``; keyword arguments that are not ``None`` win over the env."""
+        return cls(**{k: v for k, v in overrides.items() if v is not None})  # type: ignore[arg-type]

@@ -1,0 +1,200 @@
+"""Wire models: what travels between producer and workers (pydantic v2, encoded by :mod:`codec`).
+
+A producer publishes one :class:`ToolCallRequest` per tool call; the worker answers
+with exactly one :class:`ToolCallResult`, pushed to the request's ``reply_to`` list
+inside a :class:`ReplyEnvelope` (``{"type": "result", "result": {...}}``). Progress
+and status events use the same list with ``"type": "event"``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from enum import StrEnum
+from typing import Any, Literal, NoReturn
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from toolfleet.shared import codec
+from toolfleet.shared.errors import ERROR_FOR_STATUS
+
+__all__ = [
+    "CallContext",
+    "ReplyEnvelope",
+    "Status",
+    "ToolCallRequest",
+    "ToolCallResult",
+    "new_call_id",
+]
+
+
+class Status(StrEnum):
+    """Terminal status of a tool call (the ``status`` field of a result)."""
+
+    OK = "ok"
+    TOOL_ERROR = "tool_error"
+    INVALID_ARGUMENTS = "invalid_arguments"
+    UNKNOWN_FUNCTION = "unknown_function"
+    NOT_AVAILABLE = "not_available"
+    TIMEOUT = "timeout"
+    CANCELED = "canceled"
+    EXPIRED = "expired"
+    CRASHED = "crashed"
+    REJECTED = "rejected"
+
+
+def new_call_id() -> str:
+    """A fresh request id: a random UUID4 as a string (unique across every producer)."""
+    return str(uuid.uuid4())
+
+
+class CallContext(BaseModel):
+    """Who and what a call is for; handed to the tool, never used as a key.
+
+    Attributes:
+        account: the customer account (availability rules key on it).
+        user: the end user in the conversation.
+        llmclient: which model/client produced the call (e.g. ``"openai/gpt-4o"``).
+        conversation: the conversation id.
+        traceparent: a W3C ``traceparent`` header value, carried into logs.
+        metadata: free JSON object.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    account: str | None = None
+    user: str | None = None
+    llmclient: str | None = None
+    conversation: str | None = None
+    traceparent: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolCallRequest(BaseModel):
+    """One tool call, as published to a queue.
+
+    Attributes:
+        id: producer-generated UUID; unique across every conversation and customer.
+        tool_call_id: the model's own id (e.g. ``call_0``), carried through untouched.
+        function: the function name, e.g. ``ext_bfcl_math_factorial``.
+        arguments: a JSON object, or the raw JSON string the model produced (the worker
+            parses it so that a parse error goes back to the model).
+        context: see :class:`CallContext`.
+        reply_to: the Redis list the result is pushed to.
+        deadline: Unix epoch seconds after which nobody waits for the result.
+        timeout_s: the caller's time budget in seconds.
+        sent_at: Unix epoch seconds when the producer published the call.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    tool_call_id: str | None = None
+    function: str
+    arguments: dict[str, Any] | str | None = None
+    context: CallContext = Field(default_factory=CallContext)
+    reply_to: str
+    deadline: float
+    timeout_s: float
+    sent_at: float = Field(default_factory=time.time)
+
+    def encode(self) -> bytes:
+        """Encode for the wire (orjson; exact big integers)."""
+        return codec.dumps(self.model_dump(mode="python", exclude_defaults=False))
+
+    @classmethod
+    def decode(cls, data: bytes | str) -> ToolCallRequest:
+        """Decode from the wire.
+
+        Raises:
+            codec.DecodeError: not JSON.
+            pydantic.ValidationError: JSON, but not a request.
+        """
+        return cls.model_validate(codec.loads(data))
+
+
+class ToolCallResult(BaseModel):
+    """The one terminal answer to a :class:`ToolCallRequest`.
+
+    Attributes:
+        id: the request id.
+        tool_call_id: the model's id, copied from the request.
+        function: the function name, copied from the request.
+        status: see :class:`Status`.
+        content: the JSON value the model reads: the tool's result, or
+            ``{"error": "<message>"}`` for every status but ``ok``.
+        queued_s: seconds between publishing and a worker taking the call.
+        run_s: seconds the tool ran.
+        worker: ``host:pid`` of the worker process that answered, if any.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    tool_call_id: str | None = None
+    function: str
+    status: Status
+    content: Any = None
+    queued_s: float | None = None
+    run_s: float | None = None
+    worker: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when ``status`` is ``ok``."""
+        return self.status is Status.OK
+
+    @property
+    def error(self) -> str | None:
+        """The error message of a non-``ok`` result, else ``None``."""
+        if self.ok:
+            return None
+        if isinstance(self.content, dict) and isinstance(self.content.get("error"), str):
+            return str(self.content["error"])
+        return str(self.content)
+
+    def raise_for_status(self) -> ToolCallResult:
+        """Raise the error class of a non-``ok`` status; return ``self`` when ``ok``.
+
+        Raises:
+            toolfleet.shared.errors.ToolCallError: the subclass mapped to ``status``
+                (e.g. ``ToolTimeoutError`` for ``timeout``), carrying this result.
+        """
+        if self.ok:
+            return self
+        self._raise()
+
+    def _raise(self) -> NoReturn:
+        error_class = ERROR_FOR_STATUS[self.status.value]
+        raise error_class(self.error or self.status.value, result=self)
+
+    @classmethod
+    def failure(
+        cls, request: ToolCallRequest, status: Status, message: str, **timings: Any
+    ) -> ToolCallResult:
+        """Build a non-``ok`` result for ``request`` with content ``{"error": message}``."""
+        return cls(
+            id=request.id,
+            tool_call_id=request.tool_call_id,
+            function=request.function,
+            status=status,
+            content={"error": message},
+            **timings,
+        )
+
+
+class ReplyEnvelope(BaseModel):
+    """One entry of a reply list: a terminal ``result`` or an ``event`` before it."""
+
+    type: Literal["result", "event"]
+    result: ToolCallResult | None = None
+    event: dict[str, Any] | None = None
+
+    def encode(self) -> bytes:
+        """Encode for the wire."""
+        return codec.dumps(self.model_dump(mode="python", exclude_none=True))
+
+    @classmethod
+    def decode(cls, data: bytes | str) -> ReplyEnvelope:
+        """Decode one reply-list entry (raises like :meth:`ToolCallRequest.decode`)."""
+        return cls.model_validate(codec.loads(data))

