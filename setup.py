@@ -6,8 +6,12 @@ sub-package, and ``find_packages`` per folder keeps nested sub-packages in the w
 
 from setuptools import find_packages, setup
 
-ROOTS = {"shared": "toolfleet.shared", "producer": "toolfleet.producer",
-         "worker": "toolfleet.worker", "extensions": "toolfleet.extensions"}
+ROOTS = {
+    "shared": "toolfleet.shared",
+    "producer": "toolfleet.producer",
+    "worker": "toolfleet.worker",
+    "extensions": "toolfleet.extensions",
+}
 
 package_dir: dict[str, str] = {}
 packages: list[str] = []

@@ -25,11 +25,16 @@ def export_tools(entries: list[dict[str, Any]], fmt: str = "openai") -> list[dic
     for e in entries:
         name, description, schema = e["name"], e.get("description", ""), e.get("parameters", {})
         if fmt == "openai":
-            out.append({"type": "function", "function": {
-                "name": name, "description": description, "parameters": schema}})  # fmt: skip
+            out.append(
+                {
+                    "type": "function",
+                    "function": {"name": name, "description": description, "parameters": schema},
+                }
+            )
         elif fmt == "responses":
-            out.append({"type": "function", "name": name, "description": description,
-                        "parameters": schema})  # fmt: skip
+            out.append(
+                {"type": "function", "name": name, "description": description, "parameters": schema}
+            )
         elif fmt == "anthropic":
             out.append({"name": name, "description": description, "input_schema": schema})
         elif fmt == "mcp":

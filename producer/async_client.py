@@ -42,9 +42,13 @@ class AsyncToolClient:
         """Publish a call; return an asyncio future of its result (see ``ToolClient.submit``)."""
         loop = asyncio.get_running_loop()
         submit = functools.partial(
-            self._sync.submit, function, arguments,
-            tool_call_id=tool_call_id, context=context, timeout_s=timeout_s,
-        )  # fmt: skip
+            self._sync.submit,
+            function,
+            arguments,
+            tool_call_id=tool_call_id,
+            context=context,
+            timeout_s=timeout_s,
+        )
         future = await loop.run_in_executor(None, submit)
         return asyncio.wrap_future(future, loop=loop)
 

@@ -60,8 +60,11 @@ class CatalogReader:
         self._snapshot: Catalog | None = None
 
     def get(self, function: str | None = None) -> Catalog:
-        """A fresh-enough snapshot; when ``function`` is given and missing or not live in
-        the cached one, read again (at most every ``MISS_REFRESH_S``)."""
+        """A fresh-enough snapshot of the catalog.
+
+        When ``function`` is given and missing or not live in the cached one, read again
+        (at most every ``MISS_REFRESH_S``).
+        """
         with self._lock:
             snap = self._snapshot
             now = time.monotonic()

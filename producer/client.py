@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -148,7 +149,9 @@ class ToolClient:
         )
         return future.result()
 
-    def tools(self, *, format: str = "openai", include_unavailable: bool = False) -> list[dict[str, Any]]:  # noqa: A002
+    def tools(
+        self, *, format: str = "openai", include_unavailable: bool = False
+    ) -> list[dict[str, Any]]:  # noqa: A002
         """The fleet's tools as a model API tool list.
 
         Args:
@@ -161,9 +164,10 @@ class ToolClient:
         """
         catalog = self._catalog.get()
         entries = [
-            e for name, e in sorted(catalog.entries.items())
+            e
+            for name, e in sorted(catalog.entries.items())
             if include_unavailable or catalog.is_live(name)
-        ]  # fmt: skip
+        ]
         return export_tools(entries, format)
 
     @property
@@ -179,8 +183,11 @@ class ToolClient:
     # -- lifecycle -----------------------------------------------------------
 
     def close(self, *, wait: bool = True) -> None:
-        """Stop the client. With ``wait``, calls in flight resolve first (each by its
-        deadline at the latest); without, they resolve ``timeout`` now. Idempotent."""
+        """Stop the client; idempotent.
+
+        With ``wait``, calls in flight resolve first (each by its deadline at the
+        latest); without, they resolve ``timeout`` now.
+        """
         with self._close_lock:
             if self._closed:
                 return
@@ -188,10 +195,8 @@ class ToolClient:
         while wait and self._listener.in_flight:
             time.sleep(0.01)
         self._listener.stop()
-        try:
+        with contextlib.suppress(redis.RedisError):
             self._redis.delete(self.reply_to)
-        except redis.RedisError:
-            pass
         self._redis.close()
 
     def __enter__(self) -> ToolClient:

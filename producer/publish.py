@@ -32,7 +32,9 @@ class Publisher:
 
     def __init__(self, client: redis.Redis, namespace: str) -> None:
         # A broker object only for its script dispatch; middleware=[] so nothing is emitted.
-        self._broker = RedisBroker(client=client, namespace=namespace, middleware=[])
+        self._broker = RedisBroker(  # type: ignore[no-untyped-call]
+            client=client, namespace=namespace, middleware=[]
+        )
 
     def publish(self, queue: str, request: ToolCallRequest) -> None:
         """Enqueue one request on ``queue``.
@@ -41,7 +43,9 @@ class Publisher:
             redis.RedisError: Redis could not be reached.
         """
         redis_message_id = str(uuid.uuid4())
-        self._broker.do_enqueue(queue, redis_message_id, self._encode(queue, request, redis_message_id))
+        self._broker.do_enqueue(
+            queue, redis_message_id, self._encode(queue, request, redis_message_id)
+        )
 
     @staticmethod
     def _encode(queue: str, request: ToolCallRequest, redis_message_id: str) -> bytes:

@@ -40,7 +40,7 @@ def _default(value: Any) -> Any:
 
 
 def dumps(value: Any) -> bytes:
-    """Encode ``value`` as compact UTF-8 JSON.
+    r"""Encode ``value`` as compact UTF-8 JSON.
 
     Args:
         value: any JSON value; pydantic models and tuples/sets are converted.

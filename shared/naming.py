@@ -37,8 +37,10 @@ _NOT_QUEUE = re.compile(r"[^a-zA-Z0-9._-]")
 
 
 def sanitize_slug(slug: str) -> str:
-    """Turn an extension slug or tool name into a name part: hyphens and other
-    characters outside ``[a-zA-Z0-9_]`` become underscores; case is kept."""
+    """Turn an extension slug or tool name into a function-name part.
+
+    Hyphens and other characters outside ``[a-zA-Z0-9_]`` become underscores; case is kept.
+    """
     return _NOT_NAME.sub("_", slug)
 
 

@@ -105,3 +105,22 @@ extension = Extension(
     tools=[Echo, Add, Fail, Boom, AsyncSleep, Sleep],
     timeout_s=10.0,
 )
+
+
+class MarkArguments(BaseModel):
+    path: str = Field(description="A file to create when the tool runs.")
+
+
+class Mark(Tool):
+    """Create a file, proving the tool ran."""
+
+    name = "mark"
+    arguments_model = MarkArguments
+
+    def call(self, arguments: MarkArguments, context: ExtensionContext) -> str:
+        with open(arguments.path, "a", encoding="utf-8") as f:
+            f.write(context.call_id + "\n")
+        return arguments.path
+
+
+extension.tools = [*extension.tools, Mark]

@@ -1,1 +1,1 @@
-"""The worker side: Dramatiq actors, extension loading, the toolkit that validates and runs calls."""
+"""The worker side: Dramatiq actors, extension loading, and the toolkit that runs calls."""

@@ -7,6 +7,7 @@ from typing import Any
 
 import dramatiq
 import redis
+from dramatiq.brokers.redis import RedisBroker
 from pydantic import ValidationError
 
 from toolfleet.shared import codec
@@ -21,8 +22,11 @@ log = logging.getLogger("toolfleet.worker.actors")
 
 
 class RejectedMessage(Exception):  # noqa: N818 - Dramatiq "throws" exception, not an error of ours
-    """The message was not a request; it is answered ``rejected`` where possible and
-    dead-lettered (Dramatiq nacks a message whose actor raised)."""
+    """The message was not a request.
+
+    It is answered ``rejected`` where a reply address can be read, and dead-lettered
+    (Dramatiq nacks a message whose actor raised).
+    """
 
 
 def handle_message(toolkit: Toolkit, client: redis.Redis, reply_ttl_s: int, raw: Any) -> None:
@@ -61,7 +65,9 @@ def _reject(client: redis.Redis, ttl_s: int, raw: Any, exc: Exception, worker: s
         return
     result = ToolCallResult(
         id=str(loose.get("id") or ""),
-        tool_call_id=loose.get("tool_call_id") if isinstance(loose.get("tool_call_id"), str) else None,
+        tool_call_id=loose.get("tool_call_id")
+        if isinstance(loose.get("tool_call_id"), str)
+        else None,
         function=str(loose.get("function") or ""),
         status=Status.REJECTED,
         content={"error": f"the request could not be decoded: {str(exc)[:300]}"},
@@ -74,7 +80,7 @@ def _reject(client: redis.Redis, ttl_s: int, raw: Any, exc: Exception, worker: s
 
 
 def declare_actors(
-    broker: dramatiq.Broker, toolkit: Toolkit, queues: set[str], reply_ttl_s: int
+    broker: RedisBroker, toolkit: Toolkit, queues: set[str], reply_ttl_s: int
 ) -> list[dramatiq.Actor[Any, Any]]:
     """Declare the generic actor of each queue on ``broker``."""
     client = broker.client
@@ -84,13 +90,11 @@ def declare_actors(
         def call_tool(raw: Any) -> None:
             handle_message(toolkit, client, reply_ttl_s, raw)
 
-        actors.append(
-            dramatiq.actor(
-                call_tool,
-                actor_name=actor_name_for(queue),
-                queue_name=queue,
-                broker=broker,
-                throws=(RejectedMessage,),
-            )
+        declare = dramatiq.actor(
+            actor_name=actor_name_for(queue),
+            queue_name=queue,
+            broker=broker,
+            throws=(RejectedMessage,),
         )
+        actors.append(declare(call_tool))
     return actors

@@ -17,6 +17,7 @@ Policy (each case gives one terminal reply, never a worker traceback):
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -26,7 +27,14 @@ from toolfleet.shared.errors import InvalidArgumentsError
 
 __all__ = ["parse_arguments"]
 
-_CONTAINER_ERRORS = {"list_type", "dict_type", "model_type", "tuple_type", "set_type", "model_attributes_type"}
+_CONTAINER_ERRORS = {
+    "list_type",
+    "dict_type",
+    "model_type",
+    "tuple_type",
+    "set_type",
+    "model_attributes_type",
+}
 
 
 def parse_arguments(raw: dict[str, Any] | str | None, model: type[BaseModel]) -> BaseModel:
@@ -66,16 +74,12 @@ def _decode(raw: dict[str, Any] | str | None, *, has_fields: bool) -> dict[str, 
         except codec.DecodeError as exc:
             raise InvalidArgumentsError(f"arguments are not valid JSON: {exc}") from None
         if isinstance(value, str):  # double-encoded: a JSON string holding the object
-            try:
+            with contextlib.suppress(codec.DecodeError):
                 value = codec.loads(value)
-            except codec.DecodeError:
-                pass
     if value is None and (raw is None or not has_fields):
         return {}
     if not isinstance(value, dict):
-        raise InvalidArgumentsError(
-            f"arguments must be a JSON object, got {_json_type(value)}"
-        )
+        raise InvalidArgumentsError(f"arguments must be a JSON object, got {_json_type(value)}")
     return value
 
 
@@ -103,7 +107,9 @@ def _decode_nested_strings(value: dict[str, Any], exc: ValidationError) -> dict[
         if len(loc) != 1 or error.get("type") not in _CONTAINER_ERRORS:
             continue
         key = loc[0]
-        text = value.get(key) if isinstance(key, str) else None
+        if not isinstance(key, str):
+            continue
+        text = value.get(key)
         if not isinstance(text, str):
             continue
         try:

@@ -13,7 +13,7 @@ from toolfleet.worker.consumer import FleetRedisBroker
 __all__ = ["ThrowsOption", "make_broker", "redis_client"]
 
 
-class ThrowsOption(Middleware):  # type: ignore[misc]
+class ThrowsOption(Middleware):
     """Declares Dramatiq's ``throws`` actor option (normally brought by ``Retries``).
 
     toolfleet runs without Dramatiq's ``Retries`` (its default of 20 retries would
@@ -32,7 +32,9 @@ def redis_client(url: str, **options: Any) -> redis.Redis:
     return redis.Redis.from_url(url, **options)
 
 
-def make_broker(url: str, namespace: str, middleware: list[Middleware] | None = None) -> FleetRedisBroker:
+def make_broker(
+    url: str, namespace: str, middleware: list[Middleware] | None = None
+) -> FleetRedisBroker:
     """A Redis broker for ``url`` with every key under ``namespace``.
 
     Args:
@@ -41,7 +43,7 @@ def make_broker(url: str, namespace: str, middleware: list[Middleware] | None = 
         middleware: extra middleware added after toolfleet's own set.
     """
     stack: list[Middleware] = [ThrowsOption(), CurrentMessage(), ShutdownNotifications()]
-    return FleetRedisBroker(
+    return FleetRedisBroker(  # type: ignore[no-untyped-call]
         client=redis_client(url, health_check_interval=30),
         namespace=namespace,
         middleware=stack + list(middleware or []),

@@ -29,18 +29,18 @@ WAIT_S = 1.0
 FULL_WINDOW_PAUSE_S = 0.002
 
 
-class WaitingConsumer(_RedisConsumer):  # type: ignore[misc]
+class WaitingConsumer(_RedisConsumer):
     """Dramatiq's Redis consumer with a blocking wait instead of an idle poll."""
 
     def __init__(self, broker: RedisBroker, queue_name: str, prefetch: int, timeout: int) -> None:
-        super().__init__(broker, queue_name, prefetch, timeout)
+        super().__init__(broker, queue_name, prefetch, timeout)  # type: ignore[no-untyped-call]
         self._queue_key = f"{broker.namespace}:{queue_name}"
 
     def __next__(self) -> Any:
         try:
             while True:
                 if self.message_cache:
-                    return super().__next__()
+                    return super().__next__()  # type: ignore[no-untyped-call]
                 if self.outstanding_message_count >= self.prefetch:
                     time.sleep(FULL_WINDOW_PAUSE_S)
                     return None
@@ -53,10 +53,10 @@ class WaitingConsumer(_RedisConsumer):  # type: ignore[misc]
                 self.broker.client.blmove(self._queue_key, self._queue_key, WAIT_S, "LEFT", "LEFT")
                 return None
         except redis.ConnectionError as exc:
-            raise ConnectionClosed(exc) from None
+            raise ConnectionClosed(exc) from None  # type: ignore[no-untyped-call]
 
 
-class FleetRedisBroker(RedisBroker):  # type: ignore[misc]
+class FleetRedisBroker(RedisBroker):
     """Dramatiq's ``RedisBroker`` using :class:`WaitingConsumer` for normal queues."""
 
     def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000) -> Any:

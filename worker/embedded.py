@@ -65,10 +65,23 @@ class EmbeddedRedis:
         self._process = subprocess.Popen(
             [
                 redis_server_binary(),
-                "--port", "0", "--unixsocket", socket, "--unixsocketperm", "700",
-                "--save", "", "--appendonly", "no", "--dir", self._dir,
-                "--maxclients", "10000", "--loglevel", "warning",
-            ],  # fmt: skip
+                "--port",
+                "0",
+                "--unixsocket",
+                socket,
+                "--unixsocketperm",
+                "700",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self._dir,
+                "--maxclients",
+                "10000",
+                "--loglevel",
+                "warning",
+            ],
             stdout=subprocess.DEVNULL,
             start_new_session=True,
         )

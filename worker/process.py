@@ -44,6 +44,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--worker-ttl-s", type=float, default=10.0)
     parser.add_argument("--shutdown-grace-s", type=float, default=30.0)
     parser.add_argument("--index", type=int, default=0)
+    parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
 
 
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     worker_id = f"{socket.gethostname()}:{os.getpid()}"
     logging.basicConfig(
-        level=logging.INFO,
+        level=args.log_level.upper(),
         format=f"%(asctime)s %(levelname)s [{worker_id}] %(name)s: %(message)s",
     )
     stop = threading.Event()
@@ -78,7 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     worker.start()
     publisher.start()
     log.info(
-        "serving %d functions on %s with %d threads", len(toolkit.specs), sorted(queues), args.threads
+        "serving %d functions on %s with %d threads",
+        len(toolkit.specs),
+        sorted(queues),
+        args.threads,
     )
     stop.wait()
     log.info("draining (grace %.1f s)", args.shutdown_grace_s)

@@ -66,7 +66,9 @@ class Runner:
             return Outcome(timed_out=True, run_s=elapsed)
         return _outcome_of(future, elapsed)
 
-    def run_async(self, make_coro: Callable[[], Coroutine[Any, Any, Any]], limit_s: float) -> Outcome:
+    def run_async(
+        self, make_coro: Callable[[], Coroutine[Any, Any, Any]], limit_s: float
+    ) -> Outcome:
         """Run the coroutine on the event-loop thread; cancel it after ``limit_s`` seconds."""
         loop = self._event_loop()
         started = time.monotonic()

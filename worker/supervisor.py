@@ -37,6 +37,7 @@ class WorkerOptions:
         extensions: ``MODULE:ATTR`` specs loaded besides the entry points.
         entry_points: whether to load the ``toolfleet.extensions`` entry points.
         reply_ttl_s, heartbeat_interval_s, worker_ttl_s, shutdown_grace_s: seconds.
+        log_level: logging level name of the worker processes.
     """
 
     redis_url: str
@@ -50,18 +51,33 @@ class WorkerOptions:
     heartbeat_interval_s: float = 2.0
     worker_ttl_s: float = 10.0
     shutdown_grace_s: float = 30.0
+    log_level: str = "INFO"
 
     def argv(self, index: int) -> list[str]:
         """The command line of worker process number ``index``."""
         argv = [
-            sys.executable, "-m", "toolfleet.worker.process",
-            "--redis-url", self.redis_url, "--namespace", self.namespace,
-            "--threads", str(self.threads), "--index", str(index),
-            "--reply-ttl-s", str(self.reply_ttl_s),
-            "--heartbeat-interval-s", str(self.heartbeat_interval_s),
-            "--worker-ttl-s", str(self.worker_ttl_s),
-            "--shutdown-grace-s", str(self.shutdown_grace_s),
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "toolfleet.worker.process",
+            "--redis-url",
+            self.redis_url,
+            "--namespace",
+            self.namespace,
+            "--threads",
+            str(self.threads),
+            "--index",
+            str(index),
+            "--reply-ttl-s",
+            str(self.reply_ttl_s),
+            "--heartbeat-interval-s",
+            str(self.heartbeat_interval_s),
+            "--worker-ttl-s",
+            str(self.worker_ttl_s),
+            "--shutdown-grace-s",
+            str(self.shutdown_grace_s),
+            "--log-level",
+            self.log_level,
+        ]
         for queue in self.queues:
             argv += ["--queue", queue]
         for spec in self.extensions:
@@ -118,8 +134,12 @@ class Supervisor:
                     nothing_to_serve = True
                     self._stop.set()
                     break
-                log.warning("worker process %d (pid %d) exited with %s; restarting",
-                            slot.index, slot.process.pid if slot.process else -1, code)  # fmt: skip
+                log.warning(
+                    "worker process %d (pid %d) exited with %s; restarting",
+                    slot.index,
+                    slot.process.pid if slot.process else -1,
+                    code,
+                )
                 self._restart(slot)
         self._drain()
         return EXIT_NOTHING_TO_SERVE if nothing_to_serve else 0

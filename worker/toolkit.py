@@ -56,9 +56,8 @@ class Toolkit:
         specs = specs_of(extension)
         taken = [s.function for s in specs if s.function in self.specs]
         if taken or extension.slug in self.extensions:
-            raise ConfigurationError(
-                f"extension {extension.slug!r}: name already served: {', '.join(taken) or extension.slug}"
-            )
+            already = ", ".join(taken) or extension.slug
+            raise ConfigurationError(f"extension {extension.slug!r}: already served: {already}")
         self.extensions[extension.slug] = extension
         for spec in specs:
             self.specs[spec.function] = spec
@@ -122,7 +121,10 @@ class Toolkit:
         timings["run_s"] = outcome.run_s
         if outcome.timed_out:
             return ToolCallResult.failure(
-                request, Status.TIMEOUT, f"the tool did not finish within {limit_s:.3g} s", **timings
+                request,
+                Status.TIMEOUT,
+                f"the tool did not finish within {limit_s:.3g} s",
+                **timings,
             )
         error = outcome.error
         if isinstance(error, ExtensionToolError):

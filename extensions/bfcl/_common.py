@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, BeforeValidator, WithJsonSchema
 
@@ -23,6 +23,9 @@ __all__ = [
     "ensure_finite",
     "sum_in_order",
 ]
+
+
+_T = TypeVar("_T")
 
 
 def _reject_bool(value: Any) -> Any:
@@ -90,7 +93,7 @@ def arithmetic_guard(overflow: str, zero_division: str | None = None) -> Iterato
         raise ExtensionToolError(zero_division or overflow) from exc
 
 
-def ensure_finite(value: Any, message: str) -> Any:
+def ensure_finite(value: _T, message: str) -> _T:
     """Return ``value`` unchanged if every float in it is finite.
 
     Args:

@@ -115,9 +115,8 @@ def _tokenize(source: str) -> list[tuple[str, str]]:
         if kind == "number":
             if position < len(source) and _IDENTIFIER_CHAR.match(source, position):
                 raise ValueError(f"invalid numeric literal near offset {match.start()}")
-            if _INTEGER_LITERAL.fullmatch(text) and len(text) > 1 and text[0] == "0":
-                if text.strip("0"):
-                    raise ValueError(f"leading zeros are not allowed in integer {text!r}")
+            if _INTEGER_LITERAL.fullmatch(text) and text[0] == "0" and text.strip("0"):
+                raise ValueError(f"leading zeros are not allowed in integer {text!r}")
         tokens.append((kind, text))
     return tokens
 
@@ -235,9 +234,13 @@ def _checked(value: object) -> Value:
 
 
 def _power(base: Value, exponent: Value) -> Value:
-    if isinstance(base, int) and isinstance(exponent, int) and exponent > 0 and abs(base) > 1:
-        if exponent * (abs(base).bit_length() - 1) > MAX_INT_BITS:
-            raise EvaluationError("an intermediate integer is too large")
+    if (
+        isinstance(base, int)
+        and isinstance(exponent, int)
+        and exponent > 0
+        and exponent * (abs(base).bit_length() - 1) > MAX_INT_BITS
+    ):
+        raise EvaluationError("an intermediate integer is too large")
     return _checked(base**exponent)
 
 
@@ -259,9 +262,12 @@ def _evaluate(node: _Node, x: Value) -> Value:
         elif op == "-":
             value = value - operand
         elif op == "*":
-            if isinstance(value, int) and isinstance(operand, int):
-                if value.bit_length() + operand.bit_length() > MAX_INT_BITS + 1:
-                    raise EvaluationError("an intermediate integer is too large")
+            if (
+                isinstance(value, int)
+                and isinstance(operand, int)
+                and value.bit_length() + operand.bit_length() > MAX_INT_BITS + 1
+            ):
+                raise EvaluationError("an intermediate integer is too large")
             value = value * operand
         else:
             value = value / operand

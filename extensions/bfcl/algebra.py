@@ -33,7 +33,7 @@ DERIVATIVE_STEP = 1e-10
 
 
 class QuadraticRootsArguments(BaseModel):
-    """Arguments of ``quadratic_roots``."""
+    """Arguments of quadratic_roots."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -73,7 +73,7 @@ class QuadraticRoots(Tool):
 
 
 class MatMulArguments(BaseModel):
-    """Arguments of ``mat_mul``."""
+    """Arguments of mat_mul."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -123,7 +123,7 @@ class MatMul(Tool):
 
 
 class SortArrayArguments(BaseModel):
-    """Arguments of ``sort_array``."""
+    """Arguments of sort_array."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -149,7 +149,7 @@ class SortArray(Tool):
 
 
 class EstimateDerivativeArguments(BaseModel):
-    """Arguments of ``estimate_derivative``."""
+    """Arguments of estimate_derivative."""
 
     model_config = ConfigDict(extra="forbid")
 

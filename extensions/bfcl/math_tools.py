@@ -33,7 +33,7 @@ _BINARY = re.compile(r"[01]+")
 
 
 class AddBinaryNumbersArguments(BaseModel):
-    """Arguments of ``add_binary_numbers``."""
+    """Arguments of add_binary_numbers."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -62,7 +62,7 @@ class AddBinaryNumbers(Tool):
 
 
 class MathFactorialArguments(BaseModel):
-    """Arguments of ``math_factorial``."""
+    """Arguments of math_factorial."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -83,7 +83,7 @@ class MathFactorial(Tool):
 
 
 class MathGcdArguments(BaseModel):
-    """Arguments of ``math_gcd``."""
+    """Arguments of math_gcd."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -103,7 +103,7 @@ class MathGcd(Tool):
 
 
 class MathLcmArguments(BaseModel):
-    """Arguments of ``math_lcm``."""
+    """Arguments of math_lcm."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -127,7 +127,7 @@ class MathLcm(Tool):
 
 
 class GetPrimeFactorsArguments(BaseModel):
-    """Arguments of ``get_prime_factors``."""
+    """Arguments of get_prime_factors."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -175,7 +175,7 @@ def _fibonacci_pair(index: int) -> tuple[int, int]:
 
 
 class GetFibonacciNumberArguments(BaseModel):
-    """Arguments of ``get_fibonacci_number``."""
+    """Arguments of get_fibonacci_number."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -203,7 +203,7 @@ class GetFibonacciNumber(Tool):
 
 
 class GetFibonacciSequenceArguments(BaseModel):
-    """Arguments of ``get_fibonacci_sequence``."""
+    """Arguments of get_fibonacci_sequence."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -219,7 +219,9 @@ class GetFibonacciSequence(Tool):
     name = "get_fibonacci_sequence"
     arguments_model = GetFibonacciSequenceArguments
 
-    def call(self, arguments: GetFibonacciSequenceArguments, context: ExtensionContext) -> list[int]:
+    def call(
+        self, arguments: GetFibonacciSequenceArguments, context: ExtensionContext
+    ) -> list[int]:
         """Return the list of the first ``n`` Fibonacci numbers."""
         n = arguments.n
         if n < 1:
@@ -231,7 +233,7 @@ class GetFibonacciSequence(Tool):
 
 
 class CalculatePermutationsArguments(BaseModel):
-    """Arguments of ``calculate_permutations``."""
+    """Arguments of calculate_permutations."""
 
     model_config = ConfigDict(extra="forbid")
 

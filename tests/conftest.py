@@ -1,0 +1,190 @@
+"""Shared fixtures: a real Redis, a unique namespace, and worker fleets started through the CLI."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+
+from toolfleet.shared.naming import workers_key
+
+TESTS = Path(__file__).resolve().parent
+BFCL_DATA = TESTS.parents[1] / "shared" / "data" / "bfcl"
+TEST_QUEUE = "tools.fleet-test"
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _answers(url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
+    except redis.RedisError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """TOOLFLEET_TEST_REDIS_URL, else 127.0.0.1:6379 when it answers, else an embedded server."""
+    url = os.environ.get("TOOLFLEET_TEST_REDIS_URL")
+    if url:
+        if not _answers(url):
+            pytest.fail(f"TOOLFLEET_TEST_REDIS_URL={url} does not answer")
+        yield url
+        return
+    if _answers("redis://127.0.0.1:6379/0"):
+        yield "redis://127.0.0.1:6379/0"
+        return
+    from toolfleet.worker.embedded import EmbeddedRedis
+
+    try:
+        server = EmbeddedRedis()
+        server.start()
+    except Exception as exc:  # pragma: no cover - depends on the machine
+        if IN_CI:
+            pytest.fail(f"no Redis for the tests: {exc}")
+        pytest.skip(f"no Redis for the tests: {exc}")
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def namespace(redis_url: str) -> Iterator[str]:
+    """A namespace unique to this test session; every key under it is deleted at the end."""
+    ns = f"tftest-{uuid.uuid4().hex[:10]}"
+    yield ns
+    client = redis.Redis.from_url(redis_url)
+    keys = list(client.scan_iter(match=f"{ns}*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+@pytest.fixture
+def r(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@dataclass
+class Fleet:
+    """A running ``toolfleet worker`` subprocess."""
+
+    process: subprocess.Popen[bytes]
+    redis_url: str
+    namespace: str
+    log_path: Path
+    processes: int
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def worker_pids(self) -> list[int]:
+        out = subprocess.run(
+            ["pgrep", "-f", f"toolfleet.worker.process.*--namespace {self.namespace}"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return [int(p) for p in out.stdout.split()]
+
+    def live_workers(self, queue: str = TEST_QUEUE) -> int:
+        client = redis.Redis.from_url(self.redis_url)
+        try:
+            return int(client.zcount(workers_key(self.namespace, queue), time.time() - 3, "+inf"))
+        finally:
+            client.close()
+
+    def wait_ready(self, count: int | None = None, timeout_s: float = 60.0) -> None:
+        want = self.processes if count is None else count
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"toolfleet worker exited:\n{self.log()}")
+            if len(self.worker_pids()) >= want and self.live_workers() >= want:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"workers not ready in {timeout_s} s:\n{self.log()}")
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                return self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        return self.process.wait()
+
+
+def toolfleet_command() -> str:
+    """The installed ``toolfleet`` console script (the real CLI)."""
+    script = Path(sys.executable).parent / "toolfleet"
+    if not script.exists():
+        pytest.fail(f"{script} not found: install the project (pip install -e '.[dev]')")
+    return str(script)
+
+
+def start_fleet(
+    redis_url: str,
+    namespace: str,
+    log_path: Path,
+    *,
+    processes: int = 2,
+    threads: int = 4,
+    extra: list[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> Fleet:
+    """Start ``toolfleet worker`` (the real CLI) with the test extension loaded."""
+    full_env = {
+        **os.environ,
+        "PYTHONPATH": str(TESTS),
+        "TOOLFLEET_REDIS_URL": redis_url,
+        "TOOLFLEET_NAMESPACE": namespace,
+        "TOOLFLEET_HEARTBEAT_INTERVAL_S": "0.5",
+        "TOOLFLEET_WORKER_TTL_S": "3",
+        "TOOLFLEET_SHUTDOWN_GRACE_S": "5",
+        **(env or {}),
+    }
+    argv = [
+        toolfleet_command(),
+        "worker",
+        "-p",
+        str(processes),
+        "-t",
+        str(threads),
+        "--extension",
+        "fleet_tools:extension",
+        *(extra or []),
+    ]
+    log = log_path.open("wb")
+    process = subprocess.Popen(argv, env=full_env, stdout=log, stderr=subprocess.STDOUT)
+    fleet = Fleet(process, redis_url, namespace, log_path, processes)
+    fleet.wait_ready()
+    return fleet
+
+
+@pytest.fixture(scope="module")
+def fleet(
+    redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Fleet]:
+    """Two worker processes serving the test extension and the built-in ones."""
+    ns = f"{namespace}-{uuid.uuid4().hex[:6]}"
+    running = start_fleet(redis_url, ns, tmp_path_factory.mktemp("fleet") / "worker.log")
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def client(fleet: Fleet) -> Iterator[object]:
+    from toolfleet.producer import ToolClient
+
+    with ToolClient(fleet.redis_url, namespace=fleet.namespace) as c:
+        yield c

@@ -1,0 +1,81 @@
+"""The argument parsing policy (unit tests of one function)."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import BaseModel
+
+from toolfleet.shared.errors import InvalidArgumentsError
+from toolfleet.worker.arguments import parse_arguments
+
+
+class Binomial(BaseModel):
+    n: int
+    k: int
+    p: float
+
+
+class Empty(BaseModel):
+    pass
+
+
+class Vector(BaseModel):
+    values: list[float]
+
+
+def _error(raw: object, model: type[BaseModel] = Binomial) -> str:
+    with pytest.raises(InvalidArgumentsError) as info:
+        parse_arguments(raw, model)  # type: ignore[arg-type]
+    return str(info.value)
+
+
+def test_truncated_json_is_refused_not_repaired() -> None:
+    """Truncated JSON is an error saying where parsing stopped, never {}."""
+    assert "column" in _error('{"n": 450, "k": 3')
+
+
+def test_trailing_comma_is_refused() -> None:
+    """A trailing comma is not JSON."""
+    assert "not valid JSON" in _error('{"n": 7,}')
+
+
+def test_double_encoded_object_is_unwrapped_once() -> None:
+    """A JSON string holding the object is decoded once more."""
+    assert parse_arguments('"{\\"n\\": 1, \\"k\\": 1, \\"p\\": 0.5}"', Binomial) == Binomial(
+        n=1, k=1, p=0.5
+    )
+
+
+def test_array_sent_as_string_is_decoded() -> None:
+    """A nested array sent as a JSON string where the schema wants an array is decoded."""
+    assert parse_arguments({"values": "[1, 2.5]"}, Vector).values == [1.0, 2.5]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("raw", ["", "null", None, "{}", {}])
+def test_empty_forms_run_a_tool_without_parameters(raw: object) -> None:
+    """ "", "null", null and "{}" mean no arguments for a tool without parameters."""
+    assert parse_arguments(raw, Empty) == Empty()  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("raw", ["null", "[]", "5"])
+def test_non_objects_are_refused_for_a_tool_with_parameters(raw: str) -> None:
+    """Anything but an object is refused with a clear message."""
+    assert "arguments must be a JSON object" in _error(raw)
+
+
+def test_numbers_as_strings_are_coerced() -> None:
+    """Lax mode accepts "20" for an integer."""
+    assert parse_arguments({"n": "20", "k": "5", "p": "0.6"}, Binomial) == Binomial(
+        n=20, k=5, p=0.6
+    )
+
+
+def test_uncoercible_value_names_the_field() -> None:
+    """ "abc" for an integer names the field."""
+    assert _error({"n": "abc", "k": 1, "p": 0.5}).startswith("n: ")
+
+
+def test_missing_and_extra() -> None:
+    """Missing is "p: field required"; extra is "unexpected argument: verbose"."""
+    assert _error({"n": 1, "k": 1}) == "p: field required"
+    assert _error({"n": 1, "k": 1, "p": 0.5, "verbose": True}) == "unexpected argument: verbose"

@@ -1,0 +1,147 @@
+"""The toolfleet CLI: call, tools, replay, demo (each run as a real subprocess)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+
+import pytest
+
+from conftest import BFCL_DATA, Fleet, toolfleet_command
+
+
+def _run(
+    args: list[str], fleet: Fleet | None = None, timeout: float = 300, **env: str
+) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "PYTHONPATH": os.path.dirname(__file__), **env}
+    if fleet is not None:
+        full_env.update(TOOLFLEET_REDIS_URL=fleet.redis_url, TOOLFLEET_NAMESPACE=fleet.namespace)
+    return subprocess.run(
+        [toolfleet_command(), *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _processes_matching(marker: str) -> list[str]:
+    out = subprocess.run(["pgrep", "-af", marker], capture_output=True, text=True, check=False)
+    return [line for line in out.stdout.splitlines() if "pgrep" not in line]
+
+
+def _redis_server_pids() -> set[int]:
+    out = subprocess.run(["pgrep", "redis-server"], capture_output=True, text=True, check=False)
+    return {int(p) for p in out.stdout.split()}
+
+
+def test_call_exits_zero_only_for_ok(fleet: Fleet) -> None:
+    """`toolfleet call` prints the result and exits 0 for ok, 1 otherwise."""
+    ok = _run(["call", "ext_fleet_test_add", '{"a": 2, "b": 3}'], fleet)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["content"] == 5
+    bad = _run(["call", "ext_fleet_test_add", '{"a": 2'], fleet)
+    assert bad.returncode == 1
+    assert json.loads(bad.stdout)["status"] == "invalid_arguments"
+
+
+def test_tools_lists_openai_functions(fleet: Fleet) -> None:
+    """`toolfleet tools` prints the catalog in OpenAI chat-completions format."""
+    out = _run(["tools"], fleet)
+    assert out.returncode == 0, out.stderr
+    names = {t["function"]["name"] for t in json.loads(out.stdout)}
+    assert {"ext_fleet_test_add", "ext_bfcl_math_factorial", "ext_bfcl_maxPoints"} <= names
+
+
+def test_commands_needing_redis_say_so_without_a_url() -> None:
+    """Without a Redis URL, worker/call explain what is missing instead of crashing."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
+    out = subprocess.run(
+        [toolfleet_command(), "call", "f", "{}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 2 and "TOOLFLEET_REDIS_URL" in out.stderr
+
+
+def test_replay_exits_one_on_mismatch(fleet: Fleet, tmp_path: object) -> None:
+    """`toolfleet replay` exits 1 when any call does not match its expectation."""
+    path = os.path.join(str(tmp_path), "calls.jsonl")
+    with open(path, "w") as f:
+        f.write(
+            json.dumps(
+                {
+                    "function": "ext_fleet_test_add",
+                    "arguments": {"a": 1, "b": 1},
+                    "expect_content": 3,
+                }
+            )
+            + "\n"
+        )
+        f.write(
+            json.dumps(
+                {
+                    "function": "ext_fleet_test_add",
+                    "arguments": {"a": 1, "b": 1},
+                    "expect_content": 2,
+                }
+            )
+            + "\n"
+        )
+    out = _run(["replay", path], fleet)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "mismatch" in out.stdout
+
+
+def test_demo_on_embedded_redis_prints_table_and_leaves_nothing_behind() -> None:
+    """`toolfleet demo` with no Redis URL starts an embedded Redis and a fleet, replays the
+    bundled sample, exits 0 and leaves no process behind."""
+    namespace = f"tfdemo-{uuid.uuid4().hex[:8]}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
+    env["TOOLFLEET_NAMESPACE"] = namespace
+    redis_before = _redis_server_pids()
+    out = subprocess.run(
+        [toolfleet_command(), "demo"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "embedded Redis" in out.stdout
+    assert "mismatched" in out.stdout and "31 │" in out.stdout
+    assert _processes_matching(namespace) == []
+    assert _redis_server_pids() <= redis_before
+
+
+def test_demo_replays_bfcl_exec_files() -> None:
+    """All offline BFCL exec calls come back correct, network calls unknown_function."""
+    files = [BFCL_DATA / f"BFCL_v3_exec_{c}.json" for c in ("simple", "multiple", "parallel")]
+    if not all(f.exists() for f in files):
+        pytest.skip(f"BFCL data not found in {BFCL_DATA} (../shared/data is not part of the repo)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
+    out = subprocess.run(
+        [toolfleet_command(), "demo", *map(str, files)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = {
+        line.split("│")[1].strip(): line for line in out.stdout.splitlines() if line.count("│") == 3
+    }
+    summary = [line.split("│")[1:-1] for line in out.stdout.splitlines() if line.count("│") == 8]
+    entries, calls, correct, _exact, mismatched = (int(c) for c in summary[0][:5])
+    assert (entries, calls, correct, mismatched) == (200, 338, 338, 0)
+    assert rows["unknown_function"].split("│")[2].strip() == "132"
+    assert rows["ok"].split("│")[2].strip() == "202"
+    assert rows["tool_error"].split("│")[2].strip() == "4"

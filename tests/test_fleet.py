@@ -1,0 +1,192 @@
+"""End to end through real worker processes started with ``toolfleet worker``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import redis
+
+from conftest import Fleet
+from toolfleet.producer import ToolClient
+from toolfleet.producer.publish import Publisher
+from toolfleet.shared import ToolCallRequest, ToolCallResult
+from toolfleet.shared.errors import CrashedError, ExtensionToolError, ToolTimeoutError
+from toolfleet.shared.wire import ReplyEnvelope, Status, new_call_id
+
+F = "ext_fleet_test_"
+
+
+def test_ok_result_round_trips_exact_big_integers(client: ToolClient) -> None:
+    """An integer beyond 64 bits travels both ways as an exact JSON number."""
+    big = 2**200 + 12345
+    result = client.call(F + "add", {"a": big, "b": 1})
+    assert result.status is Status.OK
+    assert result.content == big + 1
+
+
+def test_tool_call_id_and_context_ride_along(client: ToolClient) -> None:
+    """The model's tool_call_id comes back untouched and the context reaches the tool."""
+    result = client.call(
+        F + "echo", {"text": "ab", "times": 2}, tool_call_id="call_0", context={"account": "acme"}
+    )
+    assert result.tool_call_id == "call_0"
+    assert result.content == {"text": "abab", "account": "acme"}
+    assert result.worker and ":" in result.worker
+
+
+def test_malformed_json_string_is_invalid_arguments(client: ToolClient) -> None:
+    """A truncated JSON string is answered invalid_arguments saying where parsing stopped."""
+    result = client.call(F + "add", '{"a": 450, "b": 3')
+    assert result.status is Status.INVALID_ARGUMENTS
+    assert "not valid JSON" in result.error and "column" in result.error
+
+
+def test_missing_argument_is_named(client: ToolClient) -> None:
+    """A missing required argument is invalid_arguments naming it."""
+    result = client.call(F + "add", {"a": 1})
+    assert result.status is Status.INVALID_ARGUMENTS
+    assert result.error == "b: field required"
+
+
+def test_extra_argument_is_named(client: ToolClient) -> None:
+    """An argument the tool does not declare is invalid_arguments naming it."""
+    result = client.call(F + "add", {"a": 1, "b": 2, "verbose": True})
+    assert result.status is Status.INVALID_ARGUMENTS
+    assert result.error == "unexpected argument: verbose"
+
+
+def test_uncoercible_argument_is_named_and_coercible_one_runs(client: ToolClient) -> None:
+    """ "abc" for an integer is invalid_arguments naming the field; "20" is coerced and runs."""
+    bad = client.call(F + "add", {"a": "abc", "b": 1})
+    assert bad.status is Status.INVALID_ARGUMENTS
+    assert bad.error.startswith("a: ")
+    good = client.call(F + "add", '{"a": "20", "b": "5"}')
+    assert good.status is Status.OK and good.content == 25
+
+
+def test_unknown_function(client: ToolClient) -> None:
+    """A name absent from the catalog is unknown_function at once."""
+    started = time.monotonic()
+    result = client.call("ext_nope_nothing", {})
+    assert result.status is Status.UNKNOWN_FUNCTION
+    assert time.monotonic() - started < 1.0
+
+
+def test_extension_tool_error_reaches_the_model(client: ToolClient) -> None:
+    """ExtensionToolError becomes tool_error with exactly its message."""
+    result = client.call(F + "fail", {"reason": "city not found"})
+    assert result.status is Status.TOOL_ERROR
+    assert result.content == {"error": "city not found"}
+    try:
+        result.raise_for_status()
+    except ExtensionToolError as exc:
+        assert exc.result is result
+    else:
+        raise AssertionError("raise_for_status did not raise")
+
+
+def test_other_exception_is_crashed_with_traceback_only_in_log(
+    client: ToolClient, fleet: Fleet
+) -> None:
+    """Any other exception is crashed: a generic message for the model, the traceback in the log."""
+    result = client.call(F + "boom", {})
+    assert result.status is Status.CRASHED
+    assert "0xDEADBEEF" not in str(result.content)
+    assert "Traceback" not in str(result.content)
+    deadline = time.monotonic() + 5
+    while "0xDEADBEEF" not in fleet.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    log = fleet.log()
+    assert "0xDEADBEEF" in log and "Traceback" in log and result.id in log
+    try:
+        result.raise_for_status()
+    except CrashedError:
+        pass
+    else:
+        raise AssertionError("raise_for_status did not raise")
+
+
+def test_async_tool_past_its_limit_times_out_on_time(client: ToolClient) -> None:
+    """An async tool sleeping past its 1 s limit is answered timeout by the limit + 0.3 s."""
+    started = time.monotonic()
+    result = client.call(F + "async_sleep", {"seconds": 30}, timeout_s=20)
+    elapsed = time.monotonic() - started
+    assert result.status is Status.TIMEOUT
+    assert elapsed < 1.0 + 0.3, elapsed
+    assert isinstance(ToolTimeoutError("x"), Exception)
+
+
+def test_sync_tool_past_its_limit_times_out_on_time(client: ToolClient) -> None:
+    """A thread tool blocked in time.sleep is answered timeout at its 1 s limit + 0.3 s."""
+    started = time.monotonic()
+    result = client.call(F + "sleep", {"seconds": 30}, timeout_s=20)
+    assert result.status is Status.TIMEOUT
+    assert time.monotonic() - started < 1.0 + 0.3
+
+
+def test_caller_deadline_shorter_than_tool_limit(client: ToolClient) -> None:
+    """The caller's deadline wins over a longer tool limit: timeout by the deadline + 0.3 s."""
+    started = time.monotonic()
+    result = client.call(F + "async_sleep", {"seconds": 30}, timeout_s=0.4)
+    assert result.status is Status.TIMEOUT
+    assert time.monotonic() - started < 0.4 + 0.3
+
+
+def test_deadline_passed_while_queued_is_expired_and_not_run(fleet: Fleet, tmp_path: Path) -> None:
+    """A request whose deadline passed before a worker took it is answered expired, not run."""
+    client = redis.Redis.from_url(fleet.redis_url)
+    reply_to = f"{fleet.namespace}:reply:test-{new_call_id()}"
+    marker = tmp_path / "ran"
+    request = ToolCallRequest(
+        id=new_call_id(),
+        function=F + "mark",
+        arguments={"path": str(marker)},
+        reply_to=reply_to,
+        deadline=time.time() - 0.5,
+        timeout_s=1.0,
+    )
+    Publisher(client, fleet.namespace).publish("tools.fleet-test", request)
+    item = client.blpop([reply_to], timeout=10)
+    assert item is not None
+    result = ReplyEnvelope.decode(item[1]).result
+    assert isinstance(result, ToolCallResult)
+    assert result.status is Status.EXPIRED and result.id == request.id
+    assert not marker.exists()
+    client.close()
+
+
+def test_thousand_calls_on_one_reply_connection(client: ToolClient, fleet: Fleet) -> None:
+    """1,000 calls submitted at once all resolve correctly, on one reply connection."""
+    futures = [client.submit(F + "add", {"a": i, "b": 10**20}) for i in range(1000)]
+    reply_connections = [
+        c
+        for c in redis.Redis.from_url(fleet.redis_url).client_list()
+        if c.get("name") == f"toolfleet-reply-{client.client_id}"
+    ]
+    results = [f.result(timeout=60) for f in futures]
+    assert [r.status for r in results] == [Status.OK] * 1000
+    assert [r.content for r in results] == [i + 10**20 for i in range(1000)]
+    assert len({r.id for r in results}) == 1000
+    assert len(reply_connections) == 1
+
+
+def test_killed_worker_process_is_restarted(fleet: Fleet, client: ToolClient) -> None:
+    """A worker process killed with SIGKILL is replaced and the fleet keeps answering."""
+    before = fleet.worker_pids()
+    assert len(before) == 2
+    os.kill(before[0], signal.SIGKILL)
+    for i in range(20):  # the other process keeps serving meanwhile
+        assert client.call(F + "add", {"a": i, "b": 1}, timeout_s=10).content == i + 1
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        now = fleet.worker_pids()
+        if len(now) == 2 and before[0] not in now:
+            break
+        time.sleep(0.1)
+    after = fleet.worker_pids()
+    assert len(after) == 2 and before[0] not in after and before[1] in after
+    assert fleet.process.poll() is None
+    assert client.call(F + "add", {"a": 1, "b": 1}).content == 2

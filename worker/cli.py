@@ -1,0 +1,251 @@
+"""The ``toolfleet`` command line.
+
+Global options: ``--redis-url`` (``TOOLFLEET_REDIS_URL``), ``--namespace``
+(``TOOLFLEET_NAMESPACE``). Only ``demo`` starts an embedded Redis when no URL is set.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import click
+import redis
+from rich.console import Console
+from rich.table import Table
+
+from toolfleet.producer import ToolClient
+from toolfleet.shared import codec
+from toolfleet.shared.errors import ToolfleetError
+from toolfleet.shared.naming import default_queue_for
+from toolfleet.shared.settings import Settings
+from toolfleet.worker.fleet import LocalFleet
+from toolfleet.worker.replay import ReplayReport, load_cases, replay, sample_file
+from toolfleet.worker.supervisor import Supervisor, WorkerOptions
+
+__all__ = ["main"]
+
+console = Console()
+
+
+class _Obj:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def require_url(self) -> str:
+        if not self.settings.redis_url:
+            raise click.UsageError("no Redis URL: pass --redis-url or set TOOLFLEET_REDIS_URL")
+        return self.settings.redis_url
+
+
+def _worker_options(settings: Settings, **kwargs: Any) -> WorkerOptions:
+    return WorkerOptions(
+        redis_url=settings.redis_url or "",
+        namespace=settings.namespace,
+        reply_ttl_s=settings.reply_ttl_s,
+        heartbeat_interval_s=settings.heartbeat_interval_s,
+        worker_ttl_s=settings.worker_ttl_s,
+        shutdown_grace_s=settings.shutdown_grace_s,
+        **kwargs,
+    )
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--redis-url", envvar="TOOLFLEET_REDIS_URL", help="Redis URL (redis:// or unix://).")
+@click.option("--namespace", envvar="TOOLFLEET_NAMESPACE", help="Prefix of every Redis key.")
+@click.pass_context
+def cli(ctx: click.Context, redis_url: str | None, namespace: str | None) -> None:
+    """toolfleet: run the tools LLMs call on a fleet of workers behind Redis."""
+    ctx.obj = _Obj(Settings.from_env(redis_url=redis_url, namespace=namespace))
+
+
+@cli.command()
+@click.option(
+    "-p",
+    "--processes",
+    type=int,
+    default=os.cpu_count() or 1,
+    show_default=True,
+    help="Worker processes to supervise.",
+)
+@click.option(
+    "-t", "--threads", type=int, default=8, show_default=True, help="Threads per process."
+)
+@click.option("-Q", "--queues", "queues", multiple=True, help="Queues to consume (default: all).")
+@click.option(
+    "--extension",
+    "extensions",
+    multiple=True,
+    metavar="MODULE:ATTR",
+    help="Load an extension that is not installed as an entry point (repeatable).",
+)
+@click.pass_obj
+def worker(
+    obj: _Obj, processes: int, threads: int, queues: tuple[str, ...], extensions: tuple[str, ...]
+) -> None:
+    """Run and supervise worker processes until SIGTERM (then drain)."""
+    obj.require_url()
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    options = _worker_options(
+        obj.settings,
+        processes=max(1, processes),
+        threads=max(1, threads),
+        queues=list(queues),
+        extensions=list(extensions),
+    )
+    sys.exit(Supervisor(options).run())
+
+
+@cli.command()
+@click.argument("function")
+@click.argument("arguments", default="{}")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Seconds until the deadline.",
+)
+@click.pass_obj
+def call(obj: _Obj, function: str, arguments: str, timeout_s: float) -> None:
+    """Call FUNCTION with ARGUMENTS (a JSON string); print the result. Exit 0 only for ok."""
+    with ToolClient(obj.require_url(), settings=obj.settings) as client:
+        result = client.call(function, arguments, timeout_s=timeout_s)
+    click.echo(codec.dumps_str(result.model_dump(mode="json")))
+    sys.exit(0 if result.ok else 1)
+
+
+@cli.command()
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["openai", "responses", "anthropic", "mcp"]),
+    default="openai",
+    show_default=True,
+)
+@click.option(
+    "--all", "include_unavailable", is_flag=True, help="Include tools with no live worker."
+)
+@click.pass_obj
+def tools(obj: _Obj, fmt: str, include_unavailable: bool) -> None:
+    """Print the fleet's tools as JSON, in a model API's format."""
+    with ToolClient(obj.require_url(), settings=obj.settings) as client:
+        listed = client.tools(format=fmt, include_unavailable=include_unavailable)
+    click.echo(codec.dumps_str(listed))
+
+
+@cli.command(name="replay")
+@click.argument(
+    "files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True)
+@click.pass_obj
+def replay_command(obj: _Obj, files: tuple[Path, ...], timeout_s: float) -> None:
+    """Replay FILES (BFCL exec files or sample calls) through a running fleet.
+
+    Exits 1 on any mismatch.
+    """
+    report = _replay(obj.require_url(), obj.settings, list(files), timeout_s)
+    sys.exit(0 if report.ok else 1)
+
+
+@cli.command()
+@click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("-p", "--processes", type=int, default=2, show_default=True)
+@click.option("-t", "--threads", type=int, default=8, show_default=True)
+@click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True)
+@click.pass_obj
+def demo(
+    obj: _Obj, files: tuple[Path, ...], processes: int, threads: int, timeout_s: float
+) -> None:
+    """Run a whole fleet locally and replay FILES (default: a bundled sample).
+
+    Starts Redis (embedded unless a URL is set) and 2 worker processes, replays, prints the
+    table, and stops everything. Exit 0 when all matched.
+    """
+    settings = obj.settings.model_copy()
+    if settings.redis_url:  # a shared Redis: keep the demo's keys apart and remove them after
+        settings.namespace = f"{settings.namespace}.demo.{uuid.uuid4().hex[:8]}"
+    paths = list(files) or [sample_file()]
+    where = f"Redis {settings.redis_url}" if settings.redis_url else "embedded Redis"
+    console.print(
+        f"[bold]toolfleet demo[/]: {where}, "
+        f"{processes} worker processes, replaying {', '.join(p.name for p in paths)}"
+    )
+    options = _worker_options(settings, processes=processes, threads=threads, log_level="WARNING")
+    fleet = LocalFleet(options, ready_queues=[default_queue_for("bfcl")])
+    try:
+        with fleet:
+            report = _replay(
+                fleet.redis_url,
+                settings.model_copy(update={"redis_url": fleet.redis_url}),
+                paths,
+                timeout_s,
+            )
+    finally:
+        if obj.settings.redis_url:
+            _delete_namespace(obj.settings.redis_url, settings.namespace)
+    sys.exit(0 if report.ok else 1)
+
+
+def _replay(url: str, settings: Settings, paths: list[Path], timeout_s: float) -> ReplayReport:
+    try:
+        cases, entries = load_cases(paths)
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    with ToolClient(url, settings=settings) as client:
+        report = replay(client, cases, entries, timeout_s=timeout_s)
+    _print_report(report)
+    return report
+
+
+def _print_report(report: ReplayReport) -> None:
+    table = Table(title="replay", show_header=True)
+    for column in ("entries", "calls", "correct", "bit-exact", "mismatched", "p50 ms", "p99 ms"):
+        table.add_column(column, justify="right")
+    table.add_row(
+        str(report.entries),
+        str(report.calls),
+        str(report.correct),
+        str(report.bit_exact),
+        str(len(report.mismatches)),
+        f"{report.percentile_ms(50):.1f}",
+        f"{report.percentile_ms(99):.1f}",
+    )
+    console.print(table)
+    statuses = Table(title="by status")
+    statuses.add_column("status")
+    statuses.add_column("calls", justify="right")
+    for status, count in sorted(report.statuses.items()):
+        statuses.add_row(status, str(count))
+    console.print(statuses)
+    for case, _result, why in report.mismatches[:50]:
+        console.print(
+            f"[red]mismatch[/] {case.source} {case.function}: {why}", markup=True, highlight=False
+        )
+
+
+def _delete_namespace(url: str, namespace: str) -> None:
+    client = redis.Redis.from_url(url)
+    try:
+        keys = list(client.scan_iter(match=f"{namespace}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
+def main() -> None:
+    """Entry point of the ``toolfleet`` console script."""
+    try:
+        cli()
+    except ToolfleetError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        sys.exit(2)

@@ -1,0 +1,106 @@
+"""A whole fleet in one context manager: Redis (embedded when no URL) plus supervised workers.
+
+Used by ``toolfleet demo`` and by tests; production runs ``toolfleet worker`` instead.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import TracebackType
+
+import redis
+
+from toolfleet.shared.errors import ConfigurationError
+from toolfleet.shared.naming import workers_key
+from toolfleet.worker.embedded import EmbeddedRedis
+from toolfleet.worker.supervisor import Supervisor, WorkerOptions
+
+__all__ = ["LocalFleet"]
+
+
+class LocalFleet:
+    """Start Redis (if ``options.redis_url`` is empty) and ``options.processes`` workers.
+
+    Args:
+        options: worker options; an empty ``redis_url`` starts an embedded Redis.
+        ready_queues: queues that must have ``options.processes`` live workers before
+            :meth:`start` returns.
+        ready_timeout_s: how long to wait for that.
+
+    Raises:
+        ConfigurationError: from :meth:`start`, when the workers do not come up in time.
+    """
+
+    def __init__(
+        self, options: WorkerOptions, ready_queues: list[str], ready_timeout_s: float = 60.0
+    ) -> None:
+        self.options = options
+        self.ready_queues = ready_queues
+        self.ready_timeout_s = ready_timeout_s
+        self.embedded: EmbeddedRedis | None = None
+        self.supervisor: Supervisor | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def redis_url(self) -> str:
+        """The URL the fleet uses."""
+        return self.options.redis_url
+
+    def start(self) -> LocalFleet:
+        """Start everything and wait until ready."""
+        if not self.options.redis_url:
+            self.embedded = EmbeddedRedis()
+            self.options.redis_url = self.embedded.start()
+        self.supervisor = Supervisor(self.options)
+        self._thread = threading.Thread(
+            target=self.supervisor.run, kwargs={"install_signals": False}, daemon=True
+        )
+        self._thread.start()
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
+        client = redis.Redis.from_url(self.options.redis_url)
+        deadline = time.monotonic() + self.ready_timeout_s
+        try:
+            while time.monotonic() < deadline:
+                if self._thread is not None and not self._thread.is_alive():
+                    raise ConfigurationError("the workers stopped during start-up (see their log)")
+                since = time.time() - self.options.worker_ttl_s
+                counts = [
+                    client.zcount(workers_key(self.options.namespace, q), since, "+inf")
+                    for q in self.ready_queues
+                ]
+                if all(n >= self.options.processes for n in counts):
+                    return
+                time.sleep(0.05)
+        finally:
+            client.close()
+        raise ConfigurationError(f"workers not ready within {self.ready_timeout_s:.0f} s")
+
+    def stop(self) -> None:
+        """Drain the workers and stop the embedded Redis."""
+        if self.supervisor is not None:
+            self.supervisor.stop()
+        if self._thread is not None:
+            self._thread.join(self.options.shutdown_grace_s + 10)
+        if self.embedded is not None:
+            self.embedded.stop()
+            self.embedded = None
+            self.options.redis_url = ""
+
+    def __enter__(self) -> LocalFleet:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
