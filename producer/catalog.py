@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 
 from toolfleet.shared import codec
-from toolfleet.shared.naming import catalog_key, workers_key
+from toolfleet.shared.naming import catalog_key, extension_switch, switches_key, workers_key
 
 __all__ = ["Catalog", "CatalogReader"]
 
@@ -29,11 +29,37 @@ class Catalog:
     entries: dict[str, dict[str, Any]]
     live_queues: frozenset[str]
     read_at: float
+    switches: dict[str, bool] = field(default_factory=dict)
 
     def is_live(self, function: str) -> bool:
         """True when ``function``'s queue has a live worker."""
         entry = self.entries.get(function)
         return entry is not None and entry.get("queue") in self.live_queues
+
+    def refusal(self, function: str, account: str | None) -> str:
+        """Why ``function`` may not be offered or called for ``account`` ("" when it may).
+
+        Checks, in order: a live worker, enabled, switched on (the function's own switch
+        and ``ext_<slug>``), and the extension's availability for the account.
+        """
+        entry = self.entries.get(function)
+        if entry is None:
+            return f"unknown function {function!r}"
+        if not self.is_live(function):
+            return f"no live worker serves {function!r} (queue {entry.get('queue')})"
+        if entry.get("enabled") is False:
+            return f"{function} is disabled"
+        slug_switch = extension_switch(str(entry.get("slug", "")))
+        if not (self.switches.get(function, True) and self.switches.get(slug_switch, True)):
+            return f"{function} is switched off"
+        availability = entry.get("availability") or {}
+        allowed = availability.get("accounts_allowed")
+        denied = availability.get("accounts_denied") or []
+        if (account is not None and account in denied) or (
+            allowed is not None and account not in allowed
+        ):
+            return f"{function} is not available to this account"
+        return ""
 
 
 class CatalogReader:
@@ -89,8 +115,15 @@ class CatalogReader:
         queues = sorted({str(e.get("queue")) for e in entries.values()})
         since = time.time() - self.worker_ttl_s
         pipe = self.client.pipeline(transaction=False)
+        pipe.hgetall(switches_key(self.namespace))
         for queue in queues:
             pipe.zcount(workers_key(self.namespace, queue), since, "+inf")
-        counts = pipe.execute() if queues else []
+        raw_switches, *counts = pipe.execute()
         live = frozenset(q for q, n in zip(queues, counts, strict=True) if n)
-        return Catalog(entries=entries, live_queues=live, read_at=time.monotonic())
+        switches = {
+            (k.decode() if isinstance(k, bytes) else str(k)): v in (b"on", "on", b"1", "1")
+            for k, v in raw_switches.items()
+        }
+        return Catalog(
+            entries=entries, live_queues=live, read_at=time.monotonic(), switches=switches
+        )

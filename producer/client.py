@@ -12,11 +12,11 @@ from typing import Any
 
 import redis
 
-from toolfleet.producer._formats import export_tools
 from toolfleet.producer.catalog import CatalogReader
 from toolfleet.producer.listener import ReplyListener
 from toolfleet.producer.publish import Publisher
 from toolfleet.shared.errors import ClientClosedError, ClientError, ConfigurationError
+from toolfleet.shared.export import export_tools
 from toolfleet.shared.naming import reply_key
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.wire import (
@@ -120,9 +120,9 @@ class ToolClient:
         if entry is None:
             message = f"unknown function {function!r}"
             return _done(future, _local(request, Status.UNKNOWN_FUNCTION, message))
-        if not catalog.is_live(function):
-            message = f"no live worker serves {function!r} (queue {entry.get('queue')})"
-            return _done(future, _local(request, Status.NOT_AVAILABLE, message))
+        refusal = catalog.refusal(function, request.context.account)
+        if refusal:
+            return _done(future, _local(request, Status.NOT_AVAILABLE, refusal))
         self._listener.expect(request, future)
         try:
             self._publisher.publish(str(entry["queue"]), request)
@@ -150,13 +150,20 @@ class ToolClient:
         return future.result()
 
     def tools(
-        self, *, format: str = "openai", include_unavailable: bool = False
-    ) -> list[dict[str, Any]]:  # noqa: A002
+        self,
+        *,
+        account: str | None = None,
+        format: str = "openai",  # noqa: A002
+        include_unavailable: bool = False,
+    ) -> list[dict[str, Any]]:
         """The fleet's tools as a model API tool list.
 
         Args:
-            format: ``openai`` (Chat Completions), ``responses``, ``anthropic`` or ``mcp``.
-            include_unavailable: also list functions with no live worker.
+            account: list only what this account may call (enabled, switched on,
+                available to it); ``None`` lists what is open to every account.
+            format: ``openai`` (Chat Completions), ``openai-strict``, ``responses``,
+                ``anthropic`` or ``mcp``.
+            include_unavailable: list every catalogued function regardless.
 
         Raises:
             ValueError: unknown format.
@@ -166,7 +173,7 @@ class ToolClient:
         entries = [
             e
             for name, e in sorted(catalog.entries.items())
-            if include_unavailable or catalog.is_live(name)
+            if include_unavailable or not catalog.refusal(name, account)
         ]
         return export_tools(entries, format)
 

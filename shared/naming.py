@@ -9,12 +9,15 @@ Redis keys (``ns`` is the namespace, default ``toolfleet``)::
     <ns>:reply:<client_id>       a producer's reply list
     <ns>:catalog                 hash: function name -> catalog entry (JSON)
     <ns>:workers:<queue>         sorted set: worker id -> last heartbeat (epoch seconds)
+    <ns>:switches                hash: switch name -> "on" | "off"
+    <ns>:extension_errors        hash: extension source -> why it was not loaded
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
 
 __all__ = [
     "FUNCTION_NAME_RE",
@@ -22,10 +25,16 @@ __all__ = [
     "actor_name_for",
     "catalog_key",
     "default_queue_for",
+    "extension_errors_key",
+    "extension_for",
+    "extension_switch",
     "function_name",
+    "is_extension_function",
     "queue_msgs_key",
     "reply_key",
     "sanitize_slug",
+    "switches_key",
+    "tool_name_for",
     "workers_key",
 ]
 
@@ -87,3 +96,41 @@ def workers_key(namespace: str, queue: str) -> str:
 def queue_msgs_key(namespace: str, queue: str) -> str:
     """Dramatiq's hash of a queue's messages (pending, prefetched and running)."""
     return f"{namespace}:{queue}.msgs"
+
+
+def extension_switch(slug: str) -> str:
+    """The switch that turns a whole extension off: ``ext_<slug>``."""
+    return f"ext_{sanitize_slug(slug)}"
+
+
+def switches_key(namespace: str) -> str:
+    """The hash of switch states: switch name -> ``on`` | ``off``."""
+    return f"{namespace}:switches"
+
+
+def extension_errors_key(namespace: str) -> str:
+    """The hash of extension load problems: source -> message (written by workers)."""
+    return f"{namespace}:extension_errors"
+
+
+def is_extension_function(name: str) -> bool:
+    """True when ``name`` has the shape of an extension function, ``ext_<slug>_<tool>``."""
+    return name.startswith("ext_") and name.count("_") >= 2 and bool(FUNCTION_NAME_RE.match(name))
+
+
+def extension_for(name: str, slugs: Iterable[str]) -> str | None:
+    """The slug among ``slugs`` whose functions are named like ``name`` (longest match).
+
+    Function names alone are ambiguous (``ext_a_b_c`` may be slug ``a`` or ``a-b``), so
+    the known slugs (e.g. from the catalog) are needed.
+    """
+    matches = [s for s in slugs if name.startswith(f"ext_{sanitize_slug(s)}_")]
+    return max(matches, key=len) if matches else None
+
+
+def tool_name_for(name: str, slugs: Iterable[str]) -> str | None:
+    """The tool part of function ``name`` (hyphens already underscores), or ``None``."""
+    slug = extension_for(name, slugs)
+    if slug is None:
+        return None
+    return name[len(f"ext_{sanitize_slug(slug)}_") :]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -21,6 +24,10 @@ class Settings(BaseSettings):
         catalog_cache_s: seconds a producer trusts its cached catalog.
         shutdown_grace_s: seconds a worker process waits for running calls on SIGTERM.
         default_timeout_s: time limit of a tool that states none.
+        extension_paths: folders to load extensions from (``os.pathsep``-separated); each
+            folder holding a manifest is one extension, else each sub-folder that does.
+        secrets_dir: folder of mounted secret files for extension settings (one file
+            per setting, named like its environment variable).
     """
 
     model_config = SettingsConfigDict(env_prefix="TOOLFLEET_", extra="ignore")
@@ -33,6 +40,12 @@ class Settings(BaseSettings):
     catalog_cache_s: float = Field(default=1.0, ge=0)
     shutdown_grace_s: float = Field(default=30.0, ge=0)
     default_timeout_s: float = Field(default=30.0, gt=0)
+    extension_paths: str = ""
+    secrets_dir: Path | None = None
+
+    def extension_folders(self) -> list[Path]:
+        """``extension_paths`` split on ``os.pathsep`` (``:`` on Linux), empty parts dropped."""
+        return [Path(p) for p in self.extension_paths.split(os.pathsep) if p.strip()]
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:

@@ -21,14 +21,22 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Sequence
+import re
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 
 from toolfleet.shared.errors import ConfigurationError, ExtensionToolError
+from toolfleet.shared.manifest import Availability, Manifest, SettingSpec, SwitchSpec
 from toolfleet.shared.naming import FUNCTION_NAME_RE, default_queue_for, function_name
+
+if TYPE_CHECKING:
+    from toolfleet.shared.spec import ToolSpec
+
+_SLUG = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_-]{0,39}$")
 
 __all__ = ["Extension", "ExtensionContext", "ExtensionToolError", "Tool"]
 
@@ -45,7 +53,12 @@ class ExtensionContext:
         account, user, llmclient, conversation, traceparent: from the request context.
         metadata: the request context's free metadata.
         deadline: Unix epoch seconds; the tool is stopped or abandoned by then.
-        logger: a logger named ``toolfleet.extensions.<slug>``.
+        logger: a logger named ``toolfleet.extensions.<slug>``; silenced while the
+            extension declares a ``logging`` switch and it is off.
+        settings: the extension's settings (a pydantic model; secrets are ``SecretStr``),
+            or ``None`` when it declares none.
+        canceled: becomes true when the call is canceled or timed out (a thread tool
+            should check it in long loops).
     """
 
     call_id: str
@@ -61,6 +74,18 @@ class ExtensionContext:
     traceparent: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("toolfleet.tool"))
+    settings: Any = None
+    switches: Callable[[str], bool] = field(default=lambda name: True, repr=False)
+    canceled_event: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def switch_is_active(self, name: str) -> bool:
+        """State of the extension's switch ``name`` (short name, e.g. ``logging``)."""
+        return self.switches(name)
+
+    @property
+    def canceled(self) -> bool:
+        """True once the call was canceled or its time limit passed."""
+        return self.canceled_event.is_set()
 
 
 class Tool:
@@ -119,7 +144,7 @@ class Tool:
             found.append("arguments_model is not a pydantic model")
         if cls.call is Tool.call:
             found.append("call(arguments, context) is not implemented")
-        elif len(inspect.signature(cls.call).parameters) != 3:
+        elif not _takes_arguments_and_context(cls.call):
             found.append("call must take (self, arguments, context)")
         if not cls.tool_description():
             found.append("no description (docstring or description attribute)")
@@ -128,47 +153,110 @@ class Tool:
 
 @dataclass
 class Extension:
-    """A package of tools under one slug.
+    """A package of tools under one slug, with its manifest.
 
     Args:
         slug: short name, e.g. ``date-calculator``; function names are
             ``ext_<slug>_<tool>`` with hyphens turned into underscores.
         version: the extension's version string.
-        tools: the :class:`Tool` subclasses.
+        tools: tool definitions in any supported form: :class:`Tool` subclasses,
+            :class:`~toolfleet.shared.plugin.MetadataPlugin` classes or instances, a
+            :class:`~toolfleet.shared.toolkit.Toolkit`, or a delegate object.
         description: what the extension is for.
         timeout_s: default time limit of its tools, seconds.
         queue: the Dramatiq queue its calls go to; default ``tools.<slug>``.
-
-    Raises:
-        ConfigurationError: from :meth:`validate` when a tool has problems or two tools
-            share a function name.
+        isolation: ``thread`` or ``process`` (how sync tools are run).
+        settings: declared settings (``context.settings``), see
+            :class:`~toolfleet.shared.manifest.SettingSpec`.
+        switches: declared run-time switches.
+        availability: which accounts may call it.
+        enabled: a disabled extension is loaded but serves no calls.
     """
 
     slug: str
     version: str
-    tools: Sequence[type[Tool]] = ()
+    tools: Sequence[Any] = ()
     description: str = ""
     timeout_s: float = 30.0
     queue: str | None = None
+    isolation: str = "thread"
+    settings: Sequence[SettingSpec] = ()
+    switches: Sequence[SwitchSpec] = ()
+    availability: Availability = field(default_factory=Availability)
+    enabled: bool = True
+
+    @classmethod
+    def from_manifest(cls, manifest: Manifest, tools: Sequence[Any]) -> Extension:
+        """Build an extension from a validated manifest and its tool definitions."""
+        return cls(
+            slug=manifest.slug,
+            version=manifest.version,
+            tools=tools,
+            description=manifest.description,
+            timeout_s=manifest.timeout,
+            queue=manifest.queue,
+            isolation=manifest.isolation,
+            settings=manifest.settings,
+            switches=manifest.switches,
+            availability=manifest.availability,
+            enabled=manifest.enabled,
+        )
 
     @property
     def queue_name(self) -> str:
         """The queue this extension's calls go to."""
         return self.queue or default_queue_for(self.slug)
 
-    def function_name(self, tool: type[Tool]) -> str:
-        """The wire function name of one of this extension's tools."""
-        return function_name(self.slug, tool.name)
+    def function_name(self, tool: type[Tool] | str) -> str:
+        """The wire function name of one of this extension's tools (a class or a name)."""
+        return function_name(self.slug, tool if isinstance(tool, str) else tool.name)
 
-    def validate(self) -> None:
-        """Check every tool; raise :class:`ConfigurationError` listing all problems."""
-        found: list[str] = []
-        seen: set[str] = set()
-        for tool in self.tools:
-            found += [f"{getattr(tool, '__name__', tool)}: {p}" for p in tool.problems()]
-            fname = self.function_name(tool) if tool.name else ""
-            if fname and fname in seen:
-                found.append(f"{tool.__name__}: duplicate function name {fname}")
-            seen.add(fname)
-        if found:
-            raise ConfigurationError(f"extension {self.slug!r}: " + "; ".join(found))
+    def switch_name(self, name: str) -> str:
+        """The Redis name of one of this extension's switches: ``ext_<slug>_<name>``."""
+        return function_name(self.slug, name)
+
+    def specs(self) -> tuple[list[ToolSpec], list[str]]:
+        """Every tool as a :class:`~toolfleet.shared.spec.ToolSpec`, and the problems found.
+
+        Problems: invalid tools, duplicate names, a bad slug or isolation.
+        """
+        from toolfleet.shared.spec import specs_from
+
+        problems: list[str] = []
+        if not _SLUG.match(self.slug):
+            problems.append(f"slug {self.slug!r} must match {_SLUG.pattern}")
+        if self.isolation not in ("thread", "process"):
+            problems.append(f"isolation {self.isolation!r} must be thread or process")
+        specs: list[ToolSpec] = []
+        seen: dict[str, str] = {}
+        for definition in self.tools:
+            found, issues = specs_from(definition)
+            problems += issues
+            for spec in found:
+                fname = self.function_name(spec.name)
+                if fname in seen:
+                    problems.append(
+                        f"duplicate function name {fname} ({seen[fname]} and {spec.name})"
+                    )
+                    continue
+                seen[fname] = spec.name
+                specs.append(spec)
+        if not specs and not problems:
+            problems.append("no tools")
+        return specs, problems
+
+    def validate(self) -> list[ToolSpec]:
+        """The specs, or :class:`ConfigurationError` listing every problem."""
+        specs, problems = self.specs()
+        if problems:
+            raise ConfigurationError(f"extension {self.slug!r}: " + "; ".join(problems))
+        return specs
+
+
+def _takes_arguments_and_context(method: Callable[..., Any]) -> bool:
+    try:
+        params = list(inspect.signature(method).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) == 3 or any(p.kind is p.VAR_POSITIONAL for p in params)

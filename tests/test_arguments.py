@@ -79,3 +79,27 @@ def test_missing_and_extra() -> None:
     """Missing is "p: field required"; extra is "unexpected argument: verbose"."""
     assert _error({"n": 1, "k": 1}) == "p: field required"
     assert _error({"n": 1, "k": 1, "p": 0.5, "verbose": True}) == "unexpected argument: verbose"
+
+
+class Inner(BaseModel):
+    size: int = 20
+
+
+class Outer(BaseModel):
+    inner: Inner
+    items: list[Inner] = []
+    limit: int = 5
+    note: str | None = "x"
+
+
+def test_null_for_a_defaulted_argument_means_left_out() -> None:
+    """Strict-mode null for an optional non-nullable argument takes the default, at every level."""
+    parsed = parse_arguments(
+        {"inner": {"size": None}, "items": [{"size": None}], "limit": None, "note": None}, Outer
+    )
+    assert parsed == Outer(inner=Inner(size=20), items=[Inner(size=20)], limit=5, note=None)
+
+
+def test_null_for_a_required_argument_is_still_refused() -> None:
+    """null where a value is required stays an error naming the field."""
+    assert _error({"n": None, "k": 1, "p": 0.5}).startswith("n: ")

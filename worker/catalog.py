@@ -1,4 +1,4 @@
-"""Publish this process's catalog entries and per-queue heartbeats to Redis.
+"""Publish this process's catalog entries and per-queue heartbeats; refresh switch states.
 
 Producers read them to list tools, route calls and fail fast (``not_available``)
 when no live worker serves a function's queue.
@@ -13,7 +13,7 @@ import time
 import redis
 
 from toolfleet.shared import codec
-from toolfleet.shared.naming import catalog_key, workers_key
+from toolfleet.shared.naming import catalog_key, extension_errors_key, workers_key
 from toolfleet.worker.toolkit import Toolkit
 
 __all__ = ["CatalogPublisher"]
@@ -56,17 +56,21 @@ class CatalogPublisher:
         now = time.time()
         pipe = self.client.pipeline(transaction=False)
         entries = {
-            name: codec.dumps(spec.catalog_entry())
-            for name, spec in self.toolkit.specs.items()
-            if spec.queue in self.queues
+            name: codec.dumps(served.catalog_entry())
+            for name, served in self.toolkit.served.items()
+            if served.queue in self.queues
         }
         if entries:
             pipe.hset(catalog_key(self.namespace), mapping=entries)  # type: ignore[arg-type]
+        if self.toolkit.errors:
+            errors = {k: self.toolkit.redactor.scrub(v) for k, v in self.toolkit.errors.items()}
+            pipe.hset(extension_errors_key(self.namespace), mapping=errors)  # type: ignore[arg-type]
         for queue in self.queues:
             key = workers_key(self.namespace, queue)
             pipe.zadd(key, {self.toolkit.worker_id: now})
             pipe.zremrangebyscore(key, "-inf", now - self.worker_ttl_s * 3)
         pipe.execute()
+        self.toolkit.switches.refresh(self.client)
 
     def withdraw(self) -> None:
         """Remove this worker from every queue's live set (on shutdown)."""

@@ -21,8 +21,10 @@ from rich.table import Table
 from toolfleet.producer import ToolClient
 from toolfleet.shared import codec
 from toolfleet.shared.errors import ToolfleetError
+from toolfleet.shared.export import FORMATS
 from toolfleet.shared.naming import default_queue_for
 from toolfleet.shared.settings import Settings
+from toolfleet.worker.cli_admin import extensions, switch
 from toolfleet.worker.fleet import LocalFleet
 from toolfleet.worker.replay import ReplayReport, load_cases, replay, sample_file
 from toolfleet.worker.supervisor import Supervisor, WorkerOptions
@@ -123,10 +125,11 @@ def call(obj: _Obj, function: str, arguments: str, timeout_s: float) -> None:
 
 
 @cli.command()
+@click.option("--account", help="List only what this account may call.")
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["openai", "responses", "anthropic", "mcp"]),
+    type=click.Choice(list(FORMATS)),
     default="openai",
     show_default=True,
 )
@@ -134,10 +137,10 @@ def call(obj: _Obj, function: str, arguments: str, timeout_s: float) -> None:
     "--all", "include_unavailable", is_flag=True, help="Include tools with no live worker."
 )
 @click.pass_obj
-def tools(obj: _Obj, fmt: str, include_unavailable: bool) -> None:
+def tools(obj: _Obj, account: str | None, fmt: str, include_unavailable: bool) -> None:
     """Print the fleet's tools as JSON, in a model API's format."""
     with ToolClient(obj.require_url(), settings=obj.settings) as client:
-        listed = client.tools(format=fmt, include_unavailable=include_unavailable)
+        listed = client.tools(account=account, format=fmt, include_unavailable=include_unavailable)
     click.echo(codec.dumps_str(listed))
 
 
@@ -240,6 +243,10 @@ def _delete_namespace(url: str, namespace: str) -> None:
             client.delete(*keys)
     finally:
         client.close()
+
+
+cli.add_command(switch)
+cli.add_command(extensions)
 
 
 def main() -> None:

@@ -1,21 +1,59 @@
-"""Find extensions: the ``toolfleet.extensions`` entry-point group and ``MODULE:ATTR`` specs.
+"""Find extensions: the ``toolfleet.extensions`` entry points, ``MODULE:ATTR`` specs, and folders.
 
-A source that fails to import, or whose object is not an :class:`Extension`, is
-reported in the returned error map and skipped; it never stops the others.
+A folder is an extension when it holds a manifest (``extension.toml``, or a
+``pyproject.toml`` with ``[tool.toolfleet]``); its ``entry = "module:attr"`` names the
+tools inside the folder (the folder is put on ``sys.path``). A source that fails to
+import, has an invalid manifest, or is not an extension is reported in the returned
+error map and skipped; it never stops the others.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import sys
+from collections.abc import Sequence
 from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
 
+from toolfleet.shared.errors import ConfigurationError
+from toolfleet.shared.manifest import Manifest, find_manifest, read_manifest
 from toolfleet.shared.tool import Extension
 
-__all__ = ["ENTRY_POINT_GROUP", "load_entry_points", "load_spec", "load_all"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "load_all",
+    "load_entry_points",
+    "load_folder",
+    "load_spec",
+]
 
 ENTRY_POINT_GROUP = "toolfleet.extensions"
 log = logging.getLogger("toolfleet.worker.loader")
+
+Loaded = list[tuple[str, Extension]]
+Errors = dict[str, str]
+
+
+def _as_extension(obj: Any, what: str, manifest: Manifest | None = None) -> Extension:
+    if isinstance(obj, Extension):
+        return obj
+    if manifest is not None:
+        tools = list(obj) if isinstance(obj, (list, tuple)) else [obj]
+        return Extension.from_manifest(manifest, tools)
+    if callable(obj) and not isinstance(obj, type):
+        made = obj()
+        if isinstance(made, Extension):
+            return made
+    raise TypeError(f"{what} is a {type(obj).__name__}, not a toolfleet Extension")
+
+
+def _resolve(module_name: str, attr: str) -> Any:
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 def load_spec(spec: str) -> Extension:
@@ -24,52 +62,73 @@ def load_spec(spec: str) -> Extension:
     Raises:
         ImportError: the module does not import.
         AttributeError: no such attribute.
-        TypeError: the object is not an :class:`Extension`.
+        TypeError: the object is not an :class:`Extension` (or a factory of one).
     """
     module_name, _, attr = spec.partition(":")
-    module = importlib.import_module(module_name)
-    obj = module
-    for part in (attr or "extension").split("."):
-        obj = getattr(obj, part)
-    if callable(obj) and not isinstance(obj, Extension):
-        obj = obj()
-    if not isinstance(obj, Extension):
-        raise TypeError(f"{spec} is a {type(obj).__name__}, not a toolfleet Extension")
-    return obj
+    return _as_extension(_resolve(module_name, attr or "extension"), spec)
 
 
-def load_entry_points() -> tuple[list[tuple[str, Extension]], dict[str, str]]:
-    """Load every extension registered under the ``toolfleet.extensions`` group.
-
-    Returns:
-        ``([(source, extension), ...], {source: error message})``.
-    """
-    loaded: list[tuple[str, Extension]] = []
-    errors: dict[str, str] = {}
+def load_entry_points() -> tuple[Loaded, Errors]:
+    """Load every extension registered under the ``toolfleet.extensions`` group."""
+    loaded: Loaded = []
+    errors: Errors = {}
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         source = f"entry point {ep.name} ({ep.value})"
         try:
-            obj = ep.load()
-            if callable(obj) and not isinstance(obj, Extension):
-                obj = obj()
-            if not isinstance(obj, Extension):
-                raise TypeError(f"{ep.value} is a {type(obj).__name__}, not a toolfleet Extension")
-            loaded.append((source, obj))
+            loaded.append((source, _as_extension(ep.load(), ep.value)))
         except Exception as exc:  # noqa: BLE001 - one bad extension must not stop the rest
-            errors[source] = f"{type(exc).__name__}: {exc}"
-            log.error("extension %s failed to load: %s", source, errors[source], exc_info=True)
+            _record(errors, source, exc)
+    return loaded, errors
+
+
+def load_folder(folder: Path) -> tuple[Loaded, Errors]:
+    """Load the extension in ``folder``, or one per sub-folder holding a manifest."""
+    loaded: Loaded = []
+    errors: Errors = {}
+    if not folder.is_dir():
+        errors[str(folder)] = "extension folder not found"
+        return loaded, errors
+    candidates = (
+        [folder] if find_manifest(folder) else sorted(p for p in folder.iterdir() if p.is_dir())
+    )
+    for candidate in candidates:
+        manifest_path = find_manifest(candidate)
+        if manifest_path is None:
+            continue
+        source = str(candidate)
+        try:
+            manifest = read_manifest(manifest_path)
+            module_name, _, attr = (manifest.entry or "tools:tools").partition(":")
+            if str(candidate) not in sys.path:
+                sys.path.insert(0, str(candidate))
+            obj = _resolve(module_name, attr or "tools")
+            loaded.append((source, _as_extension(obj, f"{source} {manifest.entry}", manifest)))
+        except Exception as exc:  # noqa: BLE001 - reported, not fatal
+            _record(errors, source, exc)
     return loaded, errors
 
 
 def load_all(
-    specs: list[str], *, entry_points_too: bool = True
-) -> tuple[list[tuple[str, Extension]], dict[str, str]]:
-    """Load the entry-point extensions (unless disabled) and every ``MODULE:ATTR`` spec."""
+    specs: Sequence[str],
+    *,
+    folders: Sequence[Path] = (),
+    entry_points_too: bool = True,
+) -> tuple[Loaded, Errors]:
+    """Load entry points (unless disabled), every folder, and every ``MODULE:ATTR`` spec."""
     loaded, errors = load_entry_points() if entry_points_too else ([], {})
+    for folder in folders:
+        more, problems = load_folder(folder)
+        loaded += more
+        errors.update(problems)
     for spec in specs:
         try:
             loaded.append((spec, load_spec(spec)))
         except Exception as exc:  # noqa: BLE001 - reported, not fatal
-            errors[spec] = f"{type(exc).__name__}: {exc}"
-            log.error("extension %s failed to load: %s", spec, errors[spec], exc_info=True)
+            _record(errors, spec, exc)
     return loaded, errors
+
+
+def _record(errors: Errors, source: str, exc: Exception) -> None:
+    message = str(exc) if isinstance(exc, ConfigurationError) else f"{type(exc).__name__}: {exc}"
+    errors[source] = message
+    log.error("extension %s failed to load: %s", source, message)

@@ -16,6 +16,7 @@ from types import FrameType
 
 import dramatiq
 
+from toolfleet.shared.settings import Settings
 from toolfleet.worker.actors import declare_actors
 from toolfleet.worker.broker import make_broker
 from toolfleet.worker.catalog import CatalogPublisher
@@ -60,10 +61,19 @@ def main(argv: list[str] | None = None) -> int:
     _install_signal_handlers(stop)
     _watch_parent(stop)
 
-    toolkit = Toolkit(worker_id=worker_id)
-    loaded, errors = load_all(args.extension, entry_points_too=not args.no_entry_points)
+    settings = Settings.from_env()
+    toolkit = Toolkit(
+        worker_id=worker_id, namespace=args.namespace, secrets_dir=settings.secrets_dir
+    )
+    loaded, errors = load_all(
+        args.extension,
+        folders=settings.extension_folders(),
+        entry_points_too=not args.no_entry_points,
+    )
     toolkit.errors.update(errors)
     toolkit.add_extensions(loaded)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(toolkit.redactor.log_filter())
     queues = toolkit.queues & set(args.queue) if args.queue else toolkit.queues
     if not queues:
         log.error("nothing to serve: no extension provides the queues %s", args.queue or "(any)")
@@ -80,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     publisher.start()
     log.info(
         "serving %d functions on %s with %d threads",
-        len(toolkit.specs),
+        len(toolkit.served),
         sorted(queues),
         args.threads,
     )

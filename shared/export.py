@@ -1,0 +1,347 @@
+"""Tool lists in the shapes model APIs take, built from catalog entries.
+
+A catalog entry is a JSON object with ``name``, ``description`` and ``parameters`` (a
+JSON Schema object, as pydantic's ``model_json_schema()`` writes it) and, optionally,
+``display_name`` and ``display_description`` (text for people, not for the model).
+:func:`export_tools` renders a list of them in one of :data:`FORMATS`:
+
+==================  ==================================================================
+``openai``          ``{"type": "function", "function": {"name", "description",
+                    "parameters"}}`` — OpenAI Chat Completions API reference, ``tools``.
+``openai-strict``   the same plus ``"strict": true`` and a strict schema
+                    (:func:`to_strict_schema`) — OpenAI function calling guide, strict mode,
+                    and the Structured Outputs guide, "Supported schemas".
+``responses``       ``{"type": "function", "name", "description", "parameters",
+                    "strict"}`` — OpenAI Responses API reference, function tools (flat, no
+                    ``function`` wrapper). Strict like ``openai-strict``, as the openai
+                    package's ``pydantic_responses_function_tool`` builds it.
+``anthropic``       ``{"name", "description", "input_schema"}`` — Anthropic Messages API,
+                    tool use ("Specifying client tools").
+``mcp``             ``{"name", "title"?, "description", "inputSchema"}`` — Model Context
+                    Protocol specification, server features, tools (``Tool``; ``title`` is
+                    the human-readable name, taken from ``display_name``).
+==================  ==================================================================
+
+Strict schemas follow what the official ``openai`` Python package does in
+``openai.lib._pydantic.to_strict_json_schema`` (used by ``openai.pydantic_function_tool``):
+every object gets ``additionalProperties: false`` unless it sets it; every property is
+listed in ``required``; ``default: null`` is dropped; a single-entry ``allOf`` is merged
+into its parent; a ``$ref`` with sibling keywords is replaced by the definition it points
+to (siblings win) while a bare ``$ref`` and ``$defs`` stay; other keywords (``title``,
+``format``, ``minimum``, ...) are left as they are. It differs on purpose in three ways:
+
+1. A property that was optional (absent from its object's ``required``) and does not
+   already accept ``null`` becomes nullable — ``{"anyOf": [<schema>, {"type": "null"}]}``
+   with ``title``/``description``/``default`` kept outside — as the Structured Outputs
+   guide says to emulate optional fields. The openai package makes such a property
+   required *and* non-nullable, so the model must always invent a value and can never
+   ask for the default. Consequence for the receiving side: ``null`` for a field that
+   has a default means "use the default".
+2. A ``$ref`` with siblings that points back into a definition being inlined (a
+   recursive model) becomes ``{"anyOf": [{"$ref": ...}], <siblings>}`` instead of being
+   inlined forever (the openai package recurses without end).
+3. The input is never changed (the openai package mutates the schema it is given).
+
+A schema strict mode would still reject (an open map such as ``dict[str, int]``,
+``oneOf``, ``patternProperties``; see :func:`strict_problems`) is exported with
+``"strict": false`` and its original schema, for that tool only, so one tool cannot make
+the API refuse a whole request.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+__all__ = ["FORMATS", "export_tools", "strict_problems", "to_strict_schema"]
+
+#: Every format :func:`export_tools` renders.
+FORMATS = ("openai", "openai-strict", "responses", "anthropic", "mcp")
+
+_EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
+#: Annotations kept beside ``anyOf`` when a property is made nullable (pydantic's shape).
+_ANNOTATIONS = ("title", "description", "default", "examples")
+_DEFS_KEYS = ("$defs", "definitions")
+_STRICT_UNSUPPORTED = ("oneOf", "patternProperties")
+
+
+def export_tools(entries: Iterable[Mapping[str, Any]], fmt: str = "openai") -> list[dict[str, Any]]:
+    """Render catalog entries as the tool list of one model API.
+
+    Args:
+        entries: catalog entries: ``name``, ``description`` and ``parameters`` (JSON
+            Schema object; ``{"type": "object", "properties": {}}`` when absent), optional
+            ``display_name`` (becomes MCP's ``title``) and ``display_description`` (for
+            people; no format sends it to the model).
+        fmt: one of :data:`FORMATS` (shapes and sources in the module docstring).
+
+    Returns:
+        One JSON object per entry, in order. Nothing in it is shared with ``entries``,
+        which are left unchanged.
+
+    Raises:
+        ValueError: unknown format, or an entry without a string ``name``.
+    """
+    render = _RENDERERS.get(fmt)
+    if render is None:
+        raise ValueError(f"unknown tool format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    return [render(entry) for entry in entries]
+
+
+def to_strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """Rewrite a JSON Schema for OpenAI strict mode (function calling, Structured Outputs).
+
+    See the module docstring for the rules and how they differ from the openai
+    package's ``to_strict_json_schema``. The result may still hold constructs strict
+    mode rejects; :func:`strict_problems` lists them.
+
+    Args:
+        schema: a JSON Schema object; it is not changed.
+
+    Returns:
+        A new schema.
+
+    Raises:
+        ValueError: a ``$ref`` that is not local (``#/...``) or points nowhere.
+    """
+    return _Strictifier(schema).node(copy.deepcopy(dict(schema)))
+
+
+def strict_problems(schema: Mapping[str, Any]) -> list[str]:
+    """Reasons OpenAI strict mode would reject ``schema``, as ``"<path>: <why>"``.
+
+    Checks what pydantic models commonly produce, not all of JSON Schema: the root must
+    be an object; every object must have ``additionalProperties: false`` and list every
+    property in ``required``; ``oneOf`` and ``patternProperties`` are not supported
+    (Structured Outputs guide, "Supported schemas").
+
+    Args:
+        schema: a schema, usually the output of :func:`to_strict_schema`.
+
+    Returns:
+        The problems found; empty when none.
+    """
+    found: list[str] = []
+    if schema.get("type") != "object":
+        found.append("#: the root must be an object schema")
+    _collect_problems(schema, "#", found)
+    return found
+
+
+def _collect_problems(node: Any, path: str, found: list[str]) -> None:
+    if not isinstance(node, Mapping):
+        return
+    for keyword in _STRICT_UNSUPPORTED:
+        if keyword in node:
+            found.append(f"{path}: {keyword} is not supported")
+    properties = node.get("properties")
+    if node.get("type") == "object" or isinstance(properties, Mapping):
+        if node.get("additionalProperties", True) is not False:
+            found.append(f"{path}: additionalProperties must be false (open objects are not)")
+        if isinstance(properties, Mapping) and set(node.get("required", ())) != set(properties):
+            found.append(f"{path}: every property must be required")
+    for child_path, child in _children(node, path):
+        _collect_problems(child, child_path, found)
+
+
+def _children(node: Mapping[str, Any], path: str) -> Iterable[tuple[str, Any]]:
+    for keyword in ("properties", *_DEFS_KEYS):
+        named = node.get(keyword)
+        if isinstance(named, Mapping):
+            yield from ((f"{path}/{keyword}/{k}", v) for k, v in named.items())
+    for keyword in ("items", "additionalProperties"):
+        if isinstance(node.get(keyword), Mapping):
+            yield f"{path}/{keyword}", node[keyword]
+    for keyword in ("anyOf", "allOf", "oneOf", "prefixItems"):
+        listed = node.get(keyword)
+        if isinstance(listed, list):
+            yield from ((f"{path}/{keyword}/{i}", v) for i, v in enumerate(listed))
+
+
+class _Strictifier:
+    """One :func:`to_strict_schema` run.
+
+    ``node`` rewrites, in place, a private copy of the schema; ``$ref``s resolve against
+    the untouched original, so an inlined definition is a fresh copy rewritten in its turn.
+    """
+
+    def __init__(self, original: Mapping[str, Any]) -> None:
+        self.original = original
+        self.inlining: list[str] = []  # the $refs being inlined, outermost first
+
+    def node(self, schema: dict[str, Any]) -> dict[str, Any]:
+        for keyword in _DEFS_KEYS:
+            defs = schema.get(keyword)
+            if isinstance(defs, dict):
+                schema[keyword] = {name: self.node(sub) for name, sub in defs.items()}
+        if schema.get("type") == "object":
+            schema.setdefault("additionalProperties", False)
+        if isinstance(schema.get("properties"), dict):
+            self._properties(schema)
+        if isinstance(schema.get("items"), dict):
+            schema["items"] = self.node(schema["items"])
+        if isinstance(schema.get("anyOf"), list):
+            schema["anyOf"] = [self.node(variant) for variant in schema["anyOf"]]
+        self._all_of(schema)
+        if "default" in schema and schema["default"] is None:
+            del schema["default"]  # null is the default anyway once the field is nullable
+        if "$ref" in schema and len(schema) > 1:
+            return self._inline(schema)
+        return schema
+
+    def _properties(self, schema: dict[str, Any]) -> None:
+        properties: dict[str, Any] = schema["properties"]
+        required = set(schema.get("required", ()))
+        strict: dict[str, Any] = {}
+        for name, sub in properties.items():
+            done = self.node(sub)
+            if name not in required and not self._admits_null(done, ()):
+                done = _nullable(done)
+            strict[name] = done
+        schema["properties"] = strict
+        schema["required"] = list(strict)
+
+    def _all_of(self, schema: dict[str, Any]) -> None:
+        all_of = schema.get("allOf")
+        if not isinstance(all_of, list):
+            return
+        if len(all_of) == 1:
+            del schema["allOf"]
+            schema.update(self.node(all_of[0]))
+        else:
+            schema["allOf"] = [self.node(entry) for entry in all_of]
+
+    def _inline(self, schema: dict[str, Any]) -> dict[str, Any]:
+        ref = schema["$ref"]
+        siblings = {key: value for key, value in schema.items() if key != "$ref"}
+        if ref in self.inlining:  # recursive: keep the reference, keep the annotations
+            return {"anyOf": [{"$ref": ref}], **siblings}
+        merged = {**copy.deepcopy(dict(self._resolve(ref))), **siblings}
+        self.inlining.append(ref)
+        try:
+            return self.node(merged)
+        finally:
+            self.inlining.pop()
+
+    def _resolve(self, ref: str) -> Mapping[str, Any]:
+        if not ref.startswith("#/"):
+            raise ValueError(f"$ref {ref!r} is not local (#/...)")
+        target: Any = self.original
+        for token in ref[2:].split("/"):
+            key = token.replace("~1", "/").replace("~0", "~")
+            if not isinstance(target, Mapping) or key not in target:
+                raise ValueError(f"$ref {ref!r} points nowhere")
+            target = target[key]
+        if not isinstance(target, Mapping):
+            raise ValueError(f"$ref {ref!r} does not point to a schema object")
+        return target
+
+    def _admits_null(self, schema: Any, seen: tuple[str, ...]) -> bool:
+        if not isinstance(schema, Mapping):
+            return schema is True
+        declared = schema.get("type", "null")
+        if "null" not in (declared if isinstance(declared, list) else [declared]):
+            return False
+        if "enum" in schema and None not in schema["enum"]:
+            return False
+        if "const" in schema and schema["const"] is not None:
+            return False
+        for keyword, combine in (("anyOf", any), ("oneOf", any), ("allOf", all)):
+            if isinstance(schema.get(keyword), list):
+                return combine(self._admits_null(sub, seen) for sub in schema[keyword])
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and ref not in seen:
+            return self._admits_null(self._resolve(ref), (*seen, ref))
+        return True
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    kept = {key: schema[key] for key in _ANNOTATIONS if key in schema}
+    inner = {key: value for key, value in schema.items() if key not in kept}
+    variants = inner["anyOf"] if list(inner) == ["anyOf"] else [inner]
+    return {"anyOf": [*variants, {"type": "null"}], **kept}
+
+
+def _name(entry: Mapping[str, Any]) -> str:
+    name = entry.get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"catalog entry without a name: {dict(entry)!r:.200}")
+    return name
+
+
+def _description(entry: Mapping[str, Any]) -> str:
+    return str(entry.get("description") or "")
+
+
+def _parameters(entry: Mapping[str, Any]) -> dict[str, Any]:
+    return copy.deepcopy(dict(entry.get("parameters") or _EMPTY_PARAMETERS))
+
+
+def _strict_parameters(entry: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The strict schema and ``True``, or the schema as given and ``False``."""
+    plain = _parameters(entry)
+    try:
+        strict = to_strict_schema(plain)
+    except ValueError:
+        return plain, False
+    if strict_problems(strict):
+        return plain, False
+    return strict, True
+
+
+def _openai(entry: Mapping[str, Any]) -> dict[str, Any]:
+    function = {
+        "name": _name(entry),
+        "description": _description(entry),
+        "parameters": _parameters(entry),
+    }
+    return {"type": "function", "function": function}
+
+
+def _openai_strict(entry: Mapping[str, Any]) -> dict[str, Any]:
+    parameters, strict = _strict_parameters(entry)
+    function = {
+        "name": _name(entry),
+        "description": _description(entry),
+        "parameters": parameters,
+        "strict": strict,
+    }
+    return {"type": "function", "function": function}
+
+
+def _responses(entry: Mapping[str, Any]) -> dict[str, Any]:
+    parameters, strict = _strict_parameters(entry)
+    return {
+        "type": "function",
+        "name": _name(entry),
+        "description": _description(entry),
+        "parameters": parameters,
+        "strict": strict,
+    }
+
+
+def _anthropic(entry: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "name": _name(entry),
+        "description": _description(entry),
+        "input_schema": _parameters(entry),
+    }
+
+
+def _mcp(entry: Mapping[str, Any]) -> dict[str, Any]:
+    tool: dict[str, Any] = {"name": _name(entry)}
+    if entry.get("display_name"):
+        tool["title"] = str(entry["display_name"])
+    tool["description"] = _description(entry)
+    tool["inputSchema"] = _parameters(entry)
+    return tool
+
+
+_RENDERERS: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
+    "openai": _openai,
+    "openai-strict": _openai_strict,
+    "responses": _responses,
+    "anthropic": _anthropic,
+    "mcp": _mcp,
+}

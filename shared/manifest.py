@@ -1,0 +1,199 @@
+"""Extension manifests: ``extension.toml``, or ``[tool.toolfleet]`` in a pyproject.toml.
+
+Example ``extension.toml``::
+
+    slug = "date-calculator"
+    version = "1.2.0"
+    description = "Date arithmetic with time zones."
+    entry = "date_calculator:tools"     # MODULE:ATTR inside the extension's folder
+    timeout = 5.0                       # seconds; a tool may set its own
+    queue = "tools.dates"               # default: tools.<slug>
+    isolation = "thread"                # thread | process
+    enabled = true
+
+    [[settings]]
+    name = "api_key"
+    type = "str"
+    secret = true
+    env = "DATES_API_KEY"               # default: TOOLFLEET_EXT_<SLUG>_<NAME>
+
+    [[switches]]
+    name = "logging"
+    default = false
+
+    [availability]
+    accounts_allowed = ["acme"]         # omit for every account
+    accounts_denied = []
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from toolfleet.shared.errors import ConfigurationError
+
+__all__ = [
+    "Availability",
+    "Manifest",
+    "SettingSpec",
+    "SwitchSpec",
+    "find_manifest",
+    "read_manifest",
+]
+
+_SLUG = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_-]{0,39}$")
+_IDENT = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,63}$")
+
+#: Setting types a manifest may declare, and the Python type each becomes.
+SETTING_TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool}
+
+
+class SettingSpec(BaseModel):
+    """One setting of an extension.
+
+    Attributes:
+        name: Python identifier; the field name on ``context.settings``.
+        type: ``str``, ``int``, ``float`` or ``bool``.
+        default: value when nothing is configured; a setting without one is required.
+        secret: a secret is a ``pydantic.SecretStr`` and never leaves the worker
+            (never in a message, reply, log record, event or the catalog).
+        env: environment variable to read; default ``TOOLFLEET_EXT_<SLUG>_<NAME>``.
+        description: what it is for.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    type: Literal["str", "int", "float", "bool"] = "str"
+    default: Any = None
+    secret: bool = False
+    env: str | None = None
+    description: str = ""
+
+    @field_validator("name")
+    @classmethod
+    def _identifier(cls, value: str) -> str:
+        if not _IDENT.match(value):
+            raise ValueError(f"setting name {value!r} is not a Python identifier")
+        return value
+
+
+class SwitchSpec(BaseModel):
+    """A run-time on/off switch, stored in Redis as ``ext_<slug>_<name>``.
+
+    Attributes:
+        name: short name (``logging``), or a tool's name to switch that tool.
+        default: state when Redis holds none.
+        description: what it does.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    default: bool = True
+    description: str = ""
+
+
+class Availability(BaseModel):
+    """Which accounts may use an extension.
+
+    Attributes:
+        accounts_allowed: ``None`` for every account, else only these.
+        accounts_denied: never these (wins over allowed).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    accounts_allowed: list[str] | None = None
+    accounts_denied: list[str] = Field(default_factory=list)
+
+    def allows(self, account: str | None) -> bool:
+        """True when ``account`` may call the extension's tools.
+
+        ``None`` (no account given) is allowed only when there is no allow-list.
+        """
+        if account is not None and account in self.accounts_denied:
+            return False
+        if self.accounts_allowed is None:
+            return True
+        return account is not None and account in self.accounts_allowed
+
+
+class Manifest(BaseModel):
+    """An extension's manifest (see the module docstring for the file format).
+
+    Attributes:
+        slug, version, description: identity.
+        entry: ``MODULE:ATTR`` of the tools inside the extension's folder.
+        timeout: default time limit of its tools, seconds.
+        queue: the queue its calls go to; ``None`` for ``tools.<slug>``.
+        isolation: ``thread`` or ``process``.
+        settings, switches, availability, enabled: see their classes.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    slug: str
+    version: str
+    description: str = ""
+    entry: str | None = None
+    timeout: float = Field(default=30.0, gt=0)
+    queue: str | None = None
+    isolation: Literal["thread", "process"] = "thread"
+    settings: list[SettingSpec] = Field(default_factory=list)
+    switches: list[SwitchSpec] = Field(default_factory=list)
+    availability: Availability = Field(default_factory=Availability)
+    enabled: bool = True
+
+    @field_validator("slug")
+    @classmethod
+    def _slug(cls, value: str) -> str:
+        if not _SLUG.match(value):
+            raise ValueError(f"slug {value!r} must match {_SLUG.pattern}")
+        return value
+
+
+def find_manifest(folder: Path) -> Path | None:
+    """The manifest file of ``folder``.
+
+    ``extension.toml``, else a ``pyproject.toml`` with a ``[tool.toolfleet]`` table, else ``None``.
+    """
+    candidate = folder / "extension.toml"
+    if candidate.is_file():
+        return candidate
+    pyproject = folder / "pyproject.toml"
+    if pyproject.is_file():
+        try:
+            data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError:
+            return pyproject  # let read_manifest report it
+        if "toolfleet" in data.get("tool", {}):
+            return pyproject
+    return None
+
+
+def read_manifest(path: Path) -> Manifest:
+    """Read and validate a manifest file.
+
+    Raises:
+        ConfigurationError: unreadable TOML or invalid content; the message names the
+            file and every problem.
+    """
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigurationError(f"{path}: {exc}") from None
+    if path.name == "pyproject.toml":
+        data = data.get("tool", {}).get("toolfleet", {})
+    try:
+        return Manifest.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'manifest'}: {e['msg']}" for e in exc.errors()
+        )
+        raise ConfigurationError(f"{path}: invalid manifest: {problems}") from None

@@ -1,0 +1,72 @@
+"""A function as one worker process serves it: the tool spec bound to its extension."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from toolfleet.shared.naming import extension_switch
+from toolfleet.shared.spec import ToolSpec
+from toolfleet.shared.tool import Extension
+
+__all__ = ["ServedTool"]
+
+
+@dataclass(frozen=True)
+class ServedTool:
+    """One callable function of this worker.
+
+    Attributes:
+        function: wire name, ``ext_<slug>_<tool>``.
+        spec: the tool, whatever form it was written in.
+        extension: the extension it belongs to.
+        queue: the Dramatiq queue that carries its calls.
+        timeout_s: its time limit in seconds.
+        settings: the extension's loaded settings model, or ``None``.
+    """
+
+    function: str
+    spec: ToolSpec
+    extension: Extension
+    queue: str
+    timeout_s: float
+    settings: BaseModel | None = None
+
+    @property
+    def arguments_model(self) -> type[BaseModel]:
+        """The pydantic model arguments are validated with."""
+        return self.spec.arguments_model
+
+    @property
+    def is_async(self) -> bool:
+        """True when the tool is a coroutine function."""
+        return self.spec.is_async
+
+    @property
+    def switch_names(self) -> tuple[str, str]:
+        """The switches that turn this function off: its own name, and its extension's."""
+        return self.function, extension_switch(self.extension.slug)
+
+    def catalog_entry(self) -> dict[str, Any]:
+        """What workers publish about this function (JSON object; no setting values)."""
+        ext = self.extension
+        return {
+            "name": self.function,
+            "tool": self.spec.name,
+            "description": self.spec.description,
+            "parameters": self.spec.parameters,
+            "display_name": self.spec.display_name,
+            "display_description": self.spec.display_description,
+            "queue": self.queue,
+            "timeout_s": self.timeout_s,
+            "slug": ext.slug,
+            "version": ext.version,
+            "enabled": ext.enabled,
+            "availability": ext.availability.model_dump(),
+            "switches": [
+                {"name": ext.switch_name(s.name), "default": s.default} for s in ext.switches
+            ],
+            "settings": [s.name for s in ext.settings],
+        }

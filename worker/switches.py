@@ -1,0 +1,37 @@
+"""Switch states, read from Redis and refreshed while the worker runs (no restart needed)."""
+
+from __future__ import annotations
+
+import redis
+
+from toolfleet.shared.naming import switches_key
+
+__all__ = ["SwitchBoard"]
+
+
+class SwitchBoard:
+    """The ``<ns>:switches`` hash (name -> ``on``/``off``), cached between refreshes.
+
+    Args:
+        namespace: key prefix.
+        defaults: state of declared switches when Redis holds none; any other switch is on.
+    """
+
+    def __init__(self, namespace: str, defaults: dict[str, bool] | None = None) -> None:
+        self.namespace = namespace
+        self.defaults = dict(defaults or {})
+        self._states: dict[str, bool] = {}
+
+    def refresh(self, client: redis.Redis) -> None:
+        """Read every switch state (one round trip)."""
+        raw = client.hgetall(switches_key(self.namespace))
+        self._states = {
+            (k.decode() if isinstance(k, bytes) else str(k)): (v in (b"on", "on", b"1", "1"))
+            for k, v in raw.items()
+        }
+
+    def is_on(self, name: str) -> bool:
+        """State of switch ``name`` (its full name, e.g. ``ext_dates_logging``)."""
+        if name in self._states:
+            return self._states[name]
+        return self.defaults.get(name, True)
