@@ -140,8 +140,9 @@ def normalize_parameters(parameters: Mapping[str, Any]) -> dict[str, Any]:
     """Turn a BFCL-dialect parameter schema into standard JSON Schema.
 
     The rules are in this module's docstring (source: ``FUNCTIONS.md``, "BFCL schema
-    dialect"). Standard JSON Schema passes through unchanged, so normalizing twice gives
-    the same result. The input is not modified.
+    dialect"). A standard JSON Schema keeps its meaning (only keywords outside the kept
+    set are dropped), normalizing a result again changes nothing, and the input is not
+    modified.
 
     Args:
         parameters: a function's ``parameters``, e.g.
@@ -344,13 +345,12 @@ def _object_keywords(schema: Mapping[str, Any], out: dict[str, Any], path: str) 
     if not isinstance(required_raw, list) or not all(isinstance(n, str) for n in required_raw):
         raise SchemaError(f"{path}.required: expected a list of names, got {required_raw!r}")
     required = list(dict.fromkeys(required_raw))
-    for name in required:
-        if name not in properties:
-            properties[name] = {}
-            if not declared and "additionalProperties" not in schema:
-                out["additionalProperties"] = True
+    missing = [name for name in required if name not in properties]
+    properties.update({name: {} for name in missing})
     out["properties"] = properties
     out["required"] = required
+    if missing and not declared and "additionalProperties" not in schema:
+        out["additionalProperties"] = True
 
 
 def _additional(value: object, path: str) -> bool | dict[str, Any]:

@@ -64,6 +64,7 @@ from pydantic import (
     create_model,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 
 from toolfleet.shared.schema._fields import field_names
 from toolfleet.shared.schema.errors import SchemaError
@@ -131,23 +132,17 @@ class _Builder:
         if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
             raise SchemaError(f"{name}.required: expected a list of names")
         properties = {**properties, **{r: {} for r in required if r not in properties}}
-        names = field_names(properties)
         fields: dict[str, Any] = {}
         null_means_default: set[str] = set()
-        for prop, sub in properties.items():
-            annotation = self.annotation(sub, f"{name}_{_NOT_WORD.sub('_', prop)}")
-            info: dict[str, Any] = {}
-            if names[prop] != prop:
-                info["alias"] = prop
-            if isinstance(sub, Mapping) and isinstance(sub.get("description"), str):
-                info["description"] = sub["description"]
-            if prop in required:
-                fields[names[prop]] = (annotation, Field(..., **info))
-                continue
-            default = sub.get("default") if isinstance(sub, Mapping) else None
-            if default is not None and not _allows_null(annotation):
+        for prop, field_name in field_names(properties).items():
+            sub = properties[prop]
+            hint = f"{name}_{_NOT_WORD.sub('_', prop)}"
+            annotation, info, null_is_default = self._field(
+                prop, field_name, sub, prop in required, hint
+            )
+            fields[field_name] = (annotation, info)
+            if null_is_default:
                 null_means_default.add(prop)
-            fields[names[prop]] = (annotation | None, Field(default, **info))
         description = schema.get("description")
         return create_model(
             name,
@@ -156,6 +151,22 @@ class _Builder:
             __validators__=_null_validators(frozenset(null_means_default)),
             **fields,
         )
+
+    def _field(
+        self, prop: str, field_name: str, sub: Any, required: bool, hint: str
+    ) -> tuple[Any, FieldInfo, bool]:
+        """The annotation and FieldInfo of one property, and whether null means default."""
+        annotation = self.annotation(sub, hint)
+        info: dict[str, Any] = {}
+        if field_name != prop:
+            info["alias"] = prop
+        if isinstance(sub, Mapping) and isinstance(sub.get("description"), str):
+            info["description"] = sub["description"]
+        if required:
+            return annotation, Field(..., **info), False
+        default = sub.get("default") if isinstance(sub, Mapping) else None
+        null_is_default = default is not None and not _allows_null(annotation)
+        return annotation | None, Field(default, **info), null_is_default
 
     def annotation(self, schema: object, hint: str) -> Any:
         if schema is True or schema == {}:
@@ -263,9 +274,10 @@ def _enum(schema: Mapping[str, Any], hint: str) -> Any:
     if not isinstance(values, list) or not values:
         raise SchemaError(f"{hint}: enum must be a non-empty list")
     try:
-        literal: Any = Literal.__getitem__(tuple(values))
+        hash(tuple(values))
     except TypeError:  # an unhashable value (a list or an object): check membership
         return Annotated[Any, AfterValidator(functools.partial(_member, values=values))]
+    literal: Any = Literal.__getitem__(tuple(values))
     kinds = schema.get("type")
     base = _SCALARS.get(kinds) if isinstance(kinds, str) and kinds != "string" else None
     if base is None:
