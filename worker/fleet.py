@@ -49,15 +49,15 @@ class LocalFleet:
 
     def start(self) -> LocalFleet:
         """Start everything and wait until ready."""
-        if not self.options.redis_url:
-            self.embedded = EmbeddedRedis()
-            self.options.redis_url = self.embedded.start()
-        self.supervisor = Supervisor(self.options)
-        self._thread = threading.Thread(
-            target=self.supervisor.run, kwargs={"install_signals": False}, daemon=True
-        )
-        self._thread.start()
         try:
+            if not self.options.redis_url:
+                self.embedded = EmbeddedRedis()
+                self.options.redis_url = self.embedded.start()
+            self.supervisor = Supervisor(self.options)
+            self._thread = threading.Thread(
+                target=self.supervisor.run, kwargs={"install_signals": False}, daemon=True
+            )
+            self._thread.start()
             self._wait_ready()
         except BaseException:
             self.stop()

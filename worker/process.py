@@ -27,7 +27,8 @@ __all__ = ["main", "parse_args"]
 
 log = logging.getLogger("toolfleet.worker.process")
 
-#: Exit status of a process that has nothing to serve (the supervisor does not restart it).
+#: Exit status of a process that has nothing to serve or cannot load an extension named on
+#: its command line (the supervisor does not restart it, and exits with it).
 EXIT_NOTHING_TO_SERVE = 3
 
 
@@ -72,6 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     toolkit.errors.update(errors)
     toolkit.add_extensions(loaded)
+    named = [spec for spec in args.extension if spec in toolkit.errors]
+    if named:  # an extension named on the command line must load: refuse to start
+        for spec in named:
+            log.error("--extension %s: %s", spec, toolkit.errors[spec])
+        return EXIT_NOTHING_TO_SERVE
     for handler in logging.getLogger().handlers:
         handler.addFilter(toolkit.redactor.log_filter())
     queues = toolkit.queues & set(args.queue) if args.queue else toolkit.queues
