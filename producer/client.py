@@ -15,9 +15,10 @@ import redis
 from toolfleet.producer.catalog import CatalogReader
 from toolfleet.producer.listener import ReplyListener
 from toolfleet.producer.publish import Publisher
+from toolfleet.shared import codec
 from toolfleet.shared.errors import ClientClosedError, ClientError, ConfigurationError
 from toolfleet.shared.export import export_tools
-from toolfleet.shared.naming import reply_key
+from toolfleet.shared.naming import cancel_channel, cancel_key, reply_key
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.wire import (
     CallContext,
@@ -27,9 +28,17 @@ from toolfleet.shared.wire import (
     new_call_id,
 )
 
-__all__ = ["ToolClient"]
+__all__ = ["CallFuture", "ToolClient"]
 
 Arguments = dict[str, Any] | str | None
+
+
+class CallFuture(Future[ToolCallResult]):
+    """The future of one call; ``call_id`` is the request id (for :meth:`ToolClient.cancel`)."""
+
+    def __init__(self, call_id: str) -> None:
+        super().__init__()
+        self.call_id = call_id
 
 
 class ToolClient:
@@ -69,7 +78,9 @@ class ToolClient:
             self._redis, self.namespace, self.settings.catalog_cache_s, self.settings.worker_ttl_s
         )
         self._publisher = Publisher(self._redis, self.namespace)
-        self._listener = ReplyListener(self._listener_connection, self.reply_to)
+        self._listener = ReplyListener(
+            self._listener_connection, self.reply_to, on_timeout=self._cancel_in_fleet
+        )
         self._closed = False
         self._close_lock = threading.Lock()
         self._listener.start()
@@ -91,7 +102,7 @@ class ToolClient:
         tool_call_id: str | None = None,
         context: CallContext | dict[str, Any] | None = None,
         timeout_s: float = 30.0,
-    ) -> Future[ToolCallResult]:
+    ) -> CallFuture:
         """Publish one tool call; return a future that resolves by ``timeout_s`` at the latest.
 
         Args:
@@ -102,7 +113,8 @@ class ToolClient:
             timeout_s: seconds until the deadline; no reply by then → ``timeout``.
 
         Returns:
-            ``Future[ToolCallResult]``. A function absent from the catalog resolves
+            A :class:`CallFuture` (a ``Future[ToolCallResult]`` with ``call_id``, the id
+            :meth:`cancel` takes). A function absent from the catalog resolves
             ``unknown_function`` at once, one without a live worker ``not_available``;
             nothing is published for either.
 
@@ -111,7 +123,14 @@ class ToolClient:
             ClientError: bad arguments to this method.
         """
         request = self._request(function, arguments, tool_call_id, context, timeout_s)
-        future: Future[ToolCallResult] = Future()
+        future: CallFuture = CallFuture(request.id)
+        size = _arguments_size(arguments)
+        if size > self.settings.max_arguments_bytes:
+            message = (
+                f"the arguments are {size} bytes, over the limit of "
+                f"{self.settings.max_arguments_bytes} bytes"
+            )
+            return _done(future, _local(request, Status.REJECTED, message))
         try:
             catalog = self._catalog.get(function)
         except redis.RedisError as exc:
@@ -176,6 +195,39 @@ class ToolClient:
             if include_unavailable or not catalog.refusal(name, account)
         ]
         return export_tools(entries, format)
+
+    def cancel(self, call_id: str) -> bool:
+        """Cancel a call made by this client.
+
+        The call resolves ``canceled`` at once. In the fleet, a queued call never runs; a
+        running ``async`` or ``process`` tool is stopped; a running ``thread`` tool sees
+        ``context.canceled`` become true.
+
+        Args:
+            call_id: the call's ``id``: ``future.call_id`` of the future :meth:`submit`
+                returned (also ``ToolCallResult.id``).
+
+        Returns:
+            False when the call had already resolved.
+        """
+        resolved = self._listener.resolve(
+            call_id,
+            lambda request: ToolCallResult.failure(
+                request, Status.CANCELED, "the call was canceled"
+            ),
+        )
+        if resolved:
+            with contextlib.suppress(redis.RedisError):
+                self._cancel_in_fleet([call_id])
+        return resolved
+
+    def _cancel_in_fleet(self, call_ids: list[str]) -> None:
+        ttl = self.settings.reply_ttl_s
+        pipe = self._redis.pipeline(transaction=False)
+        for call_id in call_ids:
+            pipe.set(cancel_key(self.namespace, call_id), b"1", ex=ttl)
+            pipe.publish(cancel_channel(self.namespace), call_id)
+        pipe.execute()
 
     @property
     def in_flight(self) -> int:
@@ -257,6 +309,14 @@ def _local(request: ToolCallRequest, status: Status, message: str) -> ToolCallRe
     return ToolCallResult.failure(request, status, message, queued_s=0.0)
 
 
-def _done(future: Future[ToolCallResult], result: ToolCallResult) -> Future[ToolCallResult]:
+def _done(future: CallFuture, result: ToolCallResult) -> CallFuture:
     future.set_result(result)
     return future
+
+
+def _arguments_size(arguments: Arguments) -> int:
+    if arguments is None:
+        return 0
+    if isinstance(arguments, str):
+        return len(arguments.encode("utf-8", "surrogatepass"))
+    return len(codec.dumps(arguments))

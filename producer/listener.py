@@ -35,14 +35,22 @@ class ReplyListener:
         connect: makes the listener's own Redis connection (a client with a
             single-connection pool).
         key: the reply list.
+        on_timeout: called (on the deadline thread) with the ids of calls just resolved
+            ``timeout``, so that the client can cancel them in the fleet.
 
     Attributes:
         late_replies: replies that came for an id no longer pending (after its
             timeout, or a duplicate terminal reply): dropped and counted.
     """
 
-    def __init__(self, connect: Callable[[], redis.Redis], key: str) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], redis.Redis],
+        key: str,
+        on_timeout: Callable[[list[str]], None] | None = None,
+    ) -> None:
         self._connect = connect
+        self._on_timeout = on_timeout
         self.key = key
         self._pending: dict[str, tuple[ToolCallRequest, Future[ToolCallResult]]] = {}
         self._deadlines: list[tuple[float, str]] = []
@@ -72,6 +80,17 @@ class ReplyListener:
         """Stop waiting for ``call_id`` (its future was resolved elsewhere)."""
         with self._lock:
             self._pending.pop(call_id, None)
+
+    def resolve(
+        self, call_id: str, make_result: Callable[[ToolCallRequest], ToolCallResult]
+    ) -> bool:
+        """Resolve a pending call now with ``make_result(request)``; False when not pending."""
+        with self._lock:
+            entry = self._pending.pop(call_id, None)
+        if entry is None:
+            return False
+        _resolve(entry[1], make_result(entry[0]))
+        return True
 
     @property
     def in_flight(self) -> int:
@@ -153,6 +172,11 @@ class ReplyListener:
                     expired.append(entry)
         for request, future in expired:
             _resolve(future, _timeout_result(request, f"no reply within {request.timeout_s:.3g} s"))
+        if expired and self._on_timeout is not None:
+            try:
+                self._on_timeout([request.id for request, _ in expired])
+            except Exception:  # noqa: BLE001 - canceling is best effort; the caller has its result
+                log.warning("could not cancel timed-out calls", exc_info=True)
 
 
 def _timeout_result(request: ToolCallRequest, message: str) -> ToolCallResult:

@@ -11,6 +11,11 @@ Example ``extension.toml``::
     isolation = "thread"                # thread | process
     enabled = true
 
+    [tools.lookup]                      # per-tool overrides
+    timeout = 10.0
+    idempotent = true                   # may be re-run after a worker died, or retried
+    retry = { attempts = 3, backoff_s = 0.2, on = ["crashed", "timeout"] }
+
     [[settings]]
     name = "api_key"
     type = "str"
@@ -40,8 +45,10 @@ from toolfleet.shared.errors import ConfigurationError
 __all__ = [
     "Availability",
     "Manifest",
+    "RetryPolicy",
     "SettingSpec",
     "SwitchSpec",
+    "ToolOptions",
     "find_manifest",
     "read_manifest",
 ]
@@ -124,6 +131,42 @@ class Availability(BaseModel):
         return account is not None and account in self.accounts_allowed
 
 
+class RetryPolicy(BaseModel):
+    """Retries of an idempotent tool (off unless declared; only within the call's deadline).
+
+    Attributes:
+        attempts: tries in all, the first included.
+        backoff_s: seconds before the second try; doubles for each further one.
+        on: which outcomes are retried: ``crashed`` (an unexpected exception) and/or
+            ``timeout`` (the per-try limit passed).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    attempts: int = Field(default=3, ge=1, le=10)
+    backoff_s: float = Field(default=0.1, ge=0)
+    on: list[Literal["crashed", "timeout"]] = Field(default_factory=lambda: ["crashed"])  # type: ignore[arg-type]
+
+
+class ToolOptions(BaseModel):
+    """Per-tool overrides in a manifest's ``[tools.<name>]`` table.
+
+    Attributes:
+        timeout: the tool's time limit, seconds.
+        idempotent: running it twice has no other effect than running it once; only an
+            idempotent tool is re-run after its worker died or retried.
+        isolation: ``thread`` or ``process``.
+        retry: see :class:`RetryPolicy`.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    timeout: float | None = Field(default=None, gt=0)
+    idempotent: bool | None = None
+    isolation: Literal["thread", "process"] | None = None
+    retry: RetryPolicy | None = None
+
+
 class Manifest(BaseModel):
     """An extension's manifest (see the module docstring for the file format).
 
@@ -134,6 +177,7 @@ class Manifest(BaseModel):
         queue: the queue its calls go to; ``None`` for ``tools.<slug>``.
         isolation: ``thread`` or ``process``.
         settings, switches, availability, enabled: see their classes.
+        tools: per-tool overrides by tool name (see :class:`ToolOptions`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -149,6 +193,7 @@ class Manifest(BaseModel):
     switches: list[SwitchSpec] = Field(default_factory=list)
     availability: Availability = Field(default_factory=Availability)
     enabled: bool = True
+    tools: dict[str, ToolOptions] = Field(default_factory=dict)
 
     @field_validator("slug")
     @classmethod

@@ -11,6 +11,10 @@ Redis keys (``ns`` is the namespace, default ``toolfleet``)::
     <ns>:workers:<queue>         sorted set: worker id -> last heartbeat (epoch seconds)
     <ns>:switches                hash: switch name -> "on" | "off"
     <ns>:extension_errors        hash: extension source -> why it was not loaded
+    <ns>:claim:<id>              the worker that took a call (before it runs)
+    <ns>:outcome:<id>            a call's terminal result (for redelivered messages)
+    <ns>:cancel:<id>             a canceled call; <ns>:cancel is the pub/sub channel
+    <ns>:brokers                 hash: worker id -> Dramatiq broker id
 """
 
 from __future__ import annotations
@@ -23,13 +27,18 @@ __all__ = [
     "FUNCTION_NAME_RE",
     "MAX_FUNCTION_NAME",
     "actor_name_for",
+    "brokers_key",
+    "cancel_channel",
+    "cancel_key",
     "catalog_key",
+    "claim_key",
     "default_queue_for",
     "extension_errors_key",
     "extension_for",
     "extension_switch",
     "function_name",
     "is_extension_function",
+    "outcome_key",
     "queue_msgs_key",
     "reply_key",
     "sanitize_slug",
@@ -134,3 +143,28 @@ def tool_name_for(name: str, slugs: Iterable[str]) -> str | None:
     if slug is None:
         return None
     return name[len(f"ext_{sanitize_slug(slug)}_") :]
+
+
+def claim_key(namespace: str, call_id: str) -> str:
+    """Which worker took call ``call_id`` (set before it runs)."""
+    return f"{namespace}:claim:{call_id}"
+
+
+def outcome_key(namespace: str, call_id: str) -> str:
+    """The terminal result of call ``call_id`` (re-posted to a redelivered message)."""
+    return f"{namespace}:outcome:{call_id}"
+
+
+def cancel_key(namespace: str, call_id: str) -> str:
+    """Set when call ``call_id`` is canceled (a queued call then never runs)."""
+    return f"{namespace}:cancel:{call_id}"
+
+
+def cancel_channel(namespace: str) -> str:
+    """Pub/sub channel on which cancellations of running calls are announced."""
+    return f"{namespace}:cancel"
+
+
+def brokers_key(namespace: str) -> str:
+    """Hash: worker id -> its Dramatiq broker id (to requeue a dead worker's messages)."""
+    return f"{namespace}:brokers"

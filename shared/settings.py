@@ -24,6 +24,14 @@ class Settings(BaseSettings):
         catalog_cache_s: seconds a producer trusts its cached catalog.
         shutdown_grace_s: seconds a worker process waits for running calls on SIGTERM.
         default_timeout_s: time limit of a tool that states none.
+        max_arguments_bytes: largest encoded ``arguments`` a producer publishes and a worker
+            accepts, bytes; larger ones are answered ``rejected``.
+        max_result_bytes: largest encoded result a worker posts, bytes; a larger one
+            becomes a ``tool_error`` telling the model to ask for less.
+        max_stuck_threads: a worker process whose abandoned (timed-out) tool threads
+            still running exceed this is drained and replaced.
+        broker_heartbeat_timeout_s: seconds without a heartbeat after which Dramatiq
+            hands a worker's unacknowledged messages to others (its default is 60).
         extension_paths: folders to load extensions from (``os.pathsep``-separated); each
             folder holding a manifest is one extension, else each sub-folder that does.
         secrets_dir: folder of mounted secret files for extension settings (one file
@@ -40,6 +48,10 @@ class Settings(BaseSettings):
     catalog_cache_s: float = Field(default=1.0, ge=0)
     shutdown_grace_s: float = Field(default=30.0, ge=0)
     default_timeout_s: float = Field(default=30.0, gt=0)
+    max_arguments_bytes: int = Field(default=1_048_576, ge=1024)
+    max_result_bytes: int = Field(default=1_048_576, ge=1024)
+    max_stuck_threads: int = Field(default=16, ge=1)
+    broker_heartbeat_timeout_s: float = Field(default=15.0, gt=1)
     extension_paths: str = ""
     secrets_dir: Path | None = None
 

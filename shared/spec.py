@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from toolfleet.shared.manifest import RetryPolicy
 from toolfleet.shared.naming import FUNCTION_NAME_RE
 from toolfleet.shared.plugin import MetadataPlugin, metadata_to_schema
 from toolfleet.shared.schema import model_from_schema
@@ -47,6 +48,7 @@ class ToolSpec:
         timeout_s: the tool's own time limit in seconds, ``None`` for the extension's.
         display_name, display_description: for user interfaces.
         kind: ``class``, ``metadata``, ``toolkit`` or ``delegate``.
+        idempotent, isolation, retry: execution options (see ``Tool``).
     """
 
     name: str
@@ -59,6 +61,9 @@ class ToolSpec:
     display_name: str | None = None
     display_description: str | None = None
     kind: str = "class"
+    idempotent: bool = False
+    isolation: str | None = None
+    retry: RetryPolicy | None = None
 
 
 def specs_from(obj: Any) -> tuple[list[ToolSpec], list[str]]:
@@ -127,6 +132,9 @@ def _from_class(cls: type[Tool]) -> tuple[list[ToolSpec], list[str]]:
         display_name=getattr(cls, "display_name", None),
         display_description=getattr(cls, "display_description", None),
         kind="class",
+        idempotent=cls.idempotent,
+        isolation=cls.isolation,
+        retry=cls.retry,
     )
     return [spec], []
 

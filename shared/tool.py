@@ -23,14 +23,21 @@ import inspect
 import logging
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 
 from toolfleet.shared.errors import ConfigurationError, ExtensionToolError
-from toolfleet.shared.manifest import Availability, Manifest, SettingSpec, SwitchSpec
+from toolfleet.shared.manifest import (
+    Availability,
+    Manifest,
+    RetryPolicy,
+    SettingSpec,
+    SwitchSpec,
+    ToolOptions,
+)
 from toolfleet.shared.naming import FUNCTION_NAME_RE, default_queue_for, function_name
 
 if TYPE_CHECKING:
@@ -97,6 +104,10 @@ class Tool:
             the model sees as ``parameters``.
         description: what the model reads; defaults to the class docstring.
         timeout_s: time limit in seconds; ``None`` takes the extension's.
+        idempotent: True when running it twice does no harm (it may then be re-run
+            after its worker died, and retried when ``retry`` says so).
+        isolation: ``thread`` or ``process``; ``None`` takes the extension's.
+        retry: a :class:`~toolfleet.shared.manifest.RetryPolicy`, for idempotent tools.
 
     Subclasses implement ``call(self, arguments, context)``, plain or ``async``, and
     return any JSON value (or a pydantic model).
@@ -106,6 +117,9 @@ class Tool:
     arguments_model: ClassVar[type[BaseModel] | None] = None
     description: ClassVar[str | None] = None
     timeout_s: ClassVar[float | None] = None
+    idempotent: ClassVar[bool] = False
+    isolation: ClassVar[str | None] = None
+    retry: ClassVar[RetryPolicy | None] = None
 
     def call(self, arguments: Any, context: ExtensionContext) -> Any:
         """Run the tool. Override in a subclass (sync or ``async def``)."""
@@ -171,6 +185,7 @@ class Extension:
         switches: declared run-time switches.
         availability: which accounts may call it.
         enabled: a disabled extension is loaded but serves no calls.
+        tool_options: per-tool overrides by tool name (timeout, idempotent, isolation, retry).
     """
 
     slug: str
@@ -184,6 +199,7 @@ class Extension:
     switches: Sequence[SwitchSpec] = ()
     availability: Availability = field(default_factory=Availability)
     enabled: bool = True
+    tool_options: Mapping[str, ToolOptions] = field(default_factory=dict)
 
     @classmethod
     def from_manifest(cls, manifest: Manifest, tools: Sequence[Any]) -> Extension:
@@ -200,6 +216,7 @@ class Extension:
             switches=manifest.switches,
             availability=manifest.availability,
             enabled=manifest.enabled,
+            tool_options=manifest.tools,
         )
 
     @property

@@ -1,4 +1,4 @@
-"""One generic Dramatiq actor per queue: decode the request, run it, post the reply."""
+"""One generic Dramatiq actor per queue: decode the request, claim it, run it, post the reply."""
 
 from __future__ import annotations
 
@@ -12,13 +12,18 @@ from pydantic import ValidationError
 
 from toolfleet.shared import codec
 from toolfleet.shared.naming import actor_name_for
-from toolfleet.shared.wire import Status, ToolCallRequest, ToolCallResult
-from toolfleet.worker.replies import post_result
+from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallRequest, ToolCallResult
+from toolfleet.worker.ledger import Ledger
 from toolfleet.worker.toolkit import Toolkit
 
-__all__ = ["RejectedMessage", "declare_actors", "handle_message"]
+__all__ = ["RejectedMessage", "Worker", "declare_actors"]
 
 log = logging.getLogger("toolfleet.worker.actors")
+
+#: What the model reads when a non-idempotent call's worker died while running it.
+NOT_RETRIED = (
+    "the worker stopped while running this call; not retried because the tool may have side effects"
+)
 
 
 class RejectedMessage(Exception):  # noqa: N818 - Dramatiq "throws" exception, not an error of ours
@@ -29,66 +34,139 @@ class RejectedMessage(Exception):  # noqa: N818 - Dramatiq "throws" exception, n
     """
 
 
-def handle_message(toolkit: Toolkit, client: redis.Redis, reply_ttl_s: int, raw: Any) -> None:
-    """Answer one message body (the orjson-encoded :class:`ToolCallRequest`).
+class Worker:
+    """Answers messages: the body of every queue's actor.
 
-    Raises:
-        RejectedMessage: the body is not a request (after answering ``rejected`` when a
-            reply address can be read), so that Dramatiq dead-letters it.
+    Args:
+        toolkit: what this process serves.
+        ledger: claims, outcomes and replies.
+        max_arguments_bytes: larger encoded arguments are answered ``rejected``.
     """
-    try:
-        request = ToolCallRequest.decode(raw if isinstance(raw, (str, bytes)) else codec.dumps(raw))
-    except (codec.DecodeError, ValidationError, codec.EncodeError) as exc:
-        _reject(client, reply_ttl_s, raw, exc, toolkit.worker_id)
-        raise RejectedMessage(str(exc)[:500]) from None
-    result = toolkit.call(request)
-    try:
-        post_result(client, request.reply_to, result, reply_ttl_s)
-    except codec.EncodeError as exc:
-        log.error("result of %s could not be encoded: %s", request.id, exc)
-        fallback = ToolCallResult.failure(
-            request, Status.CRASHED, "the tool's result could not be encoded as JSON"
+
+    def __init__(self, toolkit: Toolkit, ledger: Ledger, max_arguments_bytes: int) -> None:
+        self.toolkit = toolkit
+        self.ledger = ledger
+        self.max_arguments_bytes = max_arguments_bytes
+
+    def handle(self, raw: Any, queue: str) -> None:
+        """Answer one message body (the orjson-encoded :class:`ToolCallRequest`).
+
+        Raises:
+            RejectedMessage: the body is not a request (after answering ``rejected`` when a
+                reply address can be read), so that Dramatiq dead-letters it.
+        """
+        try:
+            request = ToolCallRequest.decode(
+                raw if isinstance(raw, (str, bytes)) else codec.dumps(raw)
+            )
+        except (codec.DecodeError, ValidationError, codec.EncodeError) as exc:
+            self._reject_undecodable(raw, exc)
+            raise RejectedMessage(str(exc)[:500]) from None
+        size = _arguments_size(request)
+        if size > self.max_arguments_bytes:
+            message = (
+                f"the arguments are {size} bytes, over the limit of {self.max_arguments_bytes}"
+            )
+            self._finish(request, self._failure(request, Status.REJECTED, message))
+            return
+        claim = self.ledger.claim(request, queue)
+        if claim.outcome is not None:
+            log.info("call %s was answered already; posting its reply again", request.id)
+            self.ledger.repost(request, claim.outcome)
+            return
+        if not claim.acquired:
+            if claim.owner_alive:
+                log.warning(
+                    "call %s is running on %s; duplicate delivery dropped", request.id, claim.owner
+                )
+                return
+            served = self.toolkit.served.get(request.function)
+            if served is None or not served.idempotent:
+                self._finish(request, self._failure(request, Status.CRASHED, NOT_RETRIED))
+                return
+            log.warning(
+                "call %s: worker %s died; re-running the idempotent tool", request.id, claim.owner
+            )
+            self.ledger.take_over(request)
+        if claim.canceled:
+            self._finish(request, self._failure(request, Status.CANCELED, "the call was canceled"))
+            return
+        self._finish(request, self.toolkit.call(request))
+
+    def _failure(self, request: ToolCallRequest, status: Status, message: str) -> ToolCallResult:
+        return ToolCallResult.failure(request, status, message, worker=self.toolkit.worker_id)
+
+    def _finish(self, request: ToolCallRequest, result: ToolCallResult) -> None:
+        try:
+            self.ledger.finish(request, result)
+        except codec.EncodeError as exc:
+            log.error("result of %s could not be encoded: %s", request.id, exc)
+            fallback = self._failure(
+                request, Status.CRASHED, "the tool's result could not be encoded"
+            )
+            self.ledger.finish(request, fallback)
+        log.debug("answered %s %s: %s", request.function, request.id, result.status.value)
+
+    def _reject_undecodable(self, raw: Any, exc: Exception) -> None:
+        log.warning("rejected an undecodable request: %s", str(exc)[:300])
+        post_rejection(
+            self.ledger.client, self.ledger.reply_ttl_s, raw, str(exc), self.toolkit.worker_id
         )
-        post_result(client, request.reply_to, fallback, reply_ttl_s)
-    log.debug("answered %s %s: %s", request.function, request.id, result.status.value)
 
 
-def _reject(client: redis.Redis, ttl_s: int, raw: Any, exc: Exception, worker: str) -> None:
-    log.warning("rejected an undecodable request: %s", str(exc)[:300])
+def post_rejection(client: redis.Redis, ttl_s: int, raw: Any, why: str, worker: str) -> bool:
+    """Answer ``rejected`` to a request that could not be decoded.
+
+    Only possible when its ``reply_to`` can be read from the loose JSON. Returns True when
+    a reply was posted.
+    """
     loose: Any = raw
     if isinstance(raw, (str, bytes)):
         try:
             loose = codec.loads(raw)
         except codec.DecodeError:
-            return
+            return False
     if not isinstance(loose, dict) or not isinstance(loose.get("reply_to"), str):
-        return
+        return False
+    tool_call_id = loose.get("tool_call_id")
     result = ToolCallResult(
         id=str(loose.get("id") or ""),
-        tool_call_id=loose.get("tool_call_id")
-        if isinstance(loose.get("tool_call_id"), str)
-        else None,
+        tool_call_id=tool_call_id if isinstance(tool_call_id, str) else None,
         function=str(loose.get("function") or ""),
         status=Status.REJECTED,
-        content={"error": f"the request could not be decoded: {str(exc)[:300]}"},
+        content={"error": f"the request could not be decoded: {why[:300]}"},
         worker=worker,
     )
     try:
-        post_result(client, loose["reply_to"], result, ttl_s)
-    except redis.RedisError as post_error:
+        data = ReplyEnvelope(type="result", result=result).encode()
+        pipe = client.pipeline(transaction=False)
+        pipe.rpush(loose["reply_to"], data)
+        pipe.expire(loose["reply_to"], ttl_s)
+        pipe.execute()
+    except (redis.RedisError, codec.EncodeError) as post_error:
         log.error("could not post the rejection: %s", post_error)
+        return False
+    return True
+
+
+def _arguments_size(request: ToolCallRequest) -> int:
+    arguments = request.arguments
+    if arguments is None:
+        return 0
+    if isinstance(arguments, str):
+        return len(arguments.encode("utf-8", "surrogatepass"))
+    return len(codec.dumps(arguments))
 
 
 def declare_actors(
-    broker: RedisBroker, toolkit: Toolkit, queues: set[str], reply_ttl_s: int
+    broker: RedisBroker, worker: Worker, queues: set[str]
 ) -> list[dramatiq.Actor[Any, Any]]:
     """Declare the generic actor of each queue on ``broker``."""
-    client = broker.client
     actors = []
     for queue in sorted(queues):
 
-        def call_tool(raw: Any) -> None:
-            handle_message(toolkit, client, reply_ttl_s, raw)
+        def call_tool(raw: Any, _queue: str = queue) -> None:
+            worker.handle(raw, _queue)
 
         declare = dramatiq.actor(
             actor_name=actor_name_for(queue),

@@ -11,6 +11,7 @@ import threading
 import time
 
 import redis
+from dramatiq.brokers.redis import RedisBroker
 
 from toolfleet.shared import codec
 from toolfleet.shared.naming import catalog_key, extension_errors_key, workers_key
@@ -31,6 +32,11 @@ class CatalogPublisher:
         queues: the queues this process consumes.
         interval_s: seconds between heartbeats.
         worker_ttl_s: heartbeats older than this are pruned from the workers sets.
+        broker: this process's Dramatiq broker. Its heartbeat is refreshed every beat
+            (Dramatiq refreshes it only when a consumer talks to Redis, which a worker
+            whose threads are all busy with long calls may not do), and every 5th beat
+            Dramatiq's own maintenance runs for each queue, handing messages of workers
+            dead for ``heartbeat_timeout`` back to their queue.
     """
 
     def __init__(
@@ -41,6 +47,7 @@ class CatalogPublisher:
         queues: set[str],
         interval_s: float,
         worker_ttl_s: float,
+        broker: RedisBroker | None = None,
     ) -> None:
         self.client = client
         self.namespace = namespace
@@ -48,6 +55,8 @@ class CatalogPublisher:
         self.queues = sorted(queues)
         self.interval_s = interval_s
         self.worker_ttl_s = worker_ttl_s
+        self.broker = broker
+        self._beats = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="toolfleet-catalog", daemon=True)
 
@@ -69,8 +78,14 @@ class CatalogPublisher:
             key = workers_key(self.namespace, queue)
             pipe.zadd(key, {self.toolkit.worker_id: now})
             pipe.zremrangebyscore(key, "-inf", now - self.worker_ttl_s * 3)
+        if self.broker is not None:
+            pipe.zadd(f"{self.namespace}:__heartbeats__", {self.broker.broker_id: int(now * 1000)})
         pipe.execute()
         self.toolkit.switches.refresh(self.client)
+        self._beats += 1
+        if self.broker is not None and self._beats % 5 == 0:
+            for queue in self.queues:
+                _run_maintenance(self.broker, queue)
 
     def withdraw(self) -> None:
         """Remove this worker from every queue's live set (on shutdown)."""
@@ -98,3 +113,14 @@ class CatalogPublisher:
                 self.publish()
             except redis.RedisError as exc:
                 log.warning("catalog heartbeat failed: %s", exc)
+
+
+def _run_maintenance(broker: RedisBroker, queue: str) -> None:
+    """Run Dramatiq's dispatch script with maintenance forced on (a read-only ``qsize``)."""
+    broker.scripts["dispatch"](
+        keys=[broker.namespace],
+        args=[
+            "qsize", int(time.time() * 1000), queue, broker.broker_id, broker.heartbeat_timeout,
+            broker.dead_message_ttl, 1, broker._max_unpack_size(),  # type: ignore[no-untyped-call]
+        ],
+    )  # fmt: skip

@@ -6,21 +6,30 @@ idle waits for the next poll. This consumer instead blocks in Redis with
 ``BLMOVE q q LEFT LEFT`` (pop the head and push it back: the list is unchanged, and
 the command returns as soon as the list is non-empty), then fetches with Dramatiq's
 own script. Message format, Lua script, acks, heartbeats and dead letters are
-Dramatiq's. This relies on ``dramatiq.brokers.redis._RedisConsumer`` internals of the
-pinned Dramatiq version; ``tests/test_dramatiq_contract.py`` fails when they change.
+Dramatiq's. A message that does not decode is dead-lettered on its own instead of
+failing the consumer (which would strand the messages fetched with it until Dramatiq
+noticed the worker as dead). This relies on
+``dramatiq.brokers.redis._RedisConsumer`` internals of the pinned Dramatiq version;
+``tests/test_dramatiq_contract.py`` fails when they change.
 """
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
+from dramatiq.broker import MessageProxy
 from dramatiq.brokers.redis import RedisBroker, _RedisConsumer
 from dramatiq.common import dq_name, q_name
 from dramatiq.errors import ConnectionClosed
+from dramatiq.message import Message
 
 __all__ = ["FleetRedisBroker", "WaitingConsumer"]
+
+logger = logging.getLogger("toolfleet.worker.consumer")
 
 #: Seconds one blocking wait lasts before the consumer returns to Dramatiq's loop
 #: (acks, heartbeats and shutdown are handled between waits).
@@ -40,7 +49,17 @@ class WaitingConsumer(_RedisConsumer):
         try:
             while True:
                 if self.message_cache:
-                    return super().__next__()  # type: ignore[no-untyped-call]
+                    data = self.message_cache.pop(0)
+                    if data is None:
+                        continue
+                    try:
+                        message = Message.decode(data)
+                    except Exception as exc:  # noqa: BLE001 - a poison message, not a crash
+                        self.broker.handle_poison(self.queue_name, data, exc)
+                        continue
+                    self.misses = 0
+                    self.queued_message_ids.add(message.message_id)
+                    return MessageProxy(message)
                 if self.outstanding_message_count >= self.prefetch:
                     time.sleep(FULL_WINDOW_PAUSE_S)
                     return None
@@ -57,7 +76,38 @@ class WaitingConsumer(_RedisConsumer):
 
 
 class FleetRedisBroker(RedisBroker):
-    """Dramatiq's ``RedisBroker`` using :class:`WaitingConsumer` for normal queues."""
+    """Dramatiq's ``RedisBroker`` using :class:`WaitingConsumer` for normal queues.
+
+    Attributes:
+        on_poison: called with ``(queue, data, error)`` for a message that does not decode,
+            after it was dead-lettered (the worker answers ``rejected`` where it can).
+        poison_messages: how many such messages this broker dead-lettered.
+    """
+
+    on_poison: Callable[[str, bytes, Exception], None] | None = None
+    poison_messages = 0
+
+    def handle_poison(self, queue_name: str, data: bytes, error: Exception) -> None:
+        """Dead-letter an undecodable message this consumer fetched.
+
+        The others fetched with it are not stranded. Its Redis id is found among this
+        broker's unacked ids.
+        """
+        self.poison_messages += 1
+        logger.error("undecodable message on %s dead-lettered: %s", queue_name, str(error)[:200])
+        acks = f"{self.namespace}:__acks__.{self.broker_id}.{queue_name}"
+        try:
+            ids = list(self.client.smembers(acks))
+            if ids:
+                bodies = self.client.hmget(f"{self.namespace}:{queue_name}.msgs", ids)
+                for message_id, body in zip(ids, bodies, strict=True):
+                    if body == data:
+                        self.do_nack(queue_name, message_id.decode())
+                        break
+        except redis.RedisError as exc:
+            logger.error("could not dead-letter the message: %s", exc)
+        if self.on_poison is not None:
+            self.on_poison(queue_name, data, error)
 
     def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000) -> Any:
         """Create a consumer; delay queues (``.DQ``) keep Dramatiq's polling consumer."""

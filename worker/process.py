@@ -13,15 +13,22 @@ import socket
 import sys
 import threading
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import dramatiq
 
+from toolfleet.shared.naming import brokers_key
 from toolfleet.shared.settings import Settings
-from toolfleet.worker.actors import declare_actors
+from toolfleet.worker.actors import Worker, declare_actors, post_rejection
 from toolfleet.worker.broker import make_broker
+from toolfleet.worker.cancels import CancelListener
 from toolfleet.worker.catalog import CatalogPublisher
+from toolfleet.worker.ledger import Ledger
 from toolfleet.worker.loader import load_all
 from toolfleet.worker.toolkit import Toolkit
+
+if TYPE_CHECKING:
+    from toolfleet.worker.isolation.process import ProcessRunner
 
 __all__ = ["main", "parse_args"]
 
@@ -30,6 +37,8 @@ log = logging.getLogger("toolfleet.worker.process")
 #: Exit status of a process that has nothing to serve or cannot load an extension named on
 #: its command line (the supervisor does not restart it, and exits with it).
 EXIT_NOTHING_TO_SERVE = 3
+#: Exit status of a process drained because too many tool threads are stuck (restarted).
+EXIT_STUCK = 4
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -64,48 +73,123 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = Settings.from_env()
     toolkit = Toolkit(
-        worker_id=worker_id, namespace=args.namespace, secrets_dir=settings.secrets_dir
+        worker_id=worker_id,
+        namespace=args.namespace,
+        secrets_dir=settings.secrets_dir,
+        max_result_bytes=settings.max_result_bytes,
     )
+    folders = settings.extension_folders()
     loaded, errors = load_all(
-        args.extension,
-        folders=settings.extension_folders(),
-        entry_points_too=not args.no_entry_points,
+        args.extension, folders=folders, entry_points_too=not args.no_entry_points
     )
     toolkit.errors.update(errors)
     toolkit.add_extensions(loaded)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(toolkit.redactor.log_filter())
     named = [spec for spec in args.extension if spec in toolkit.errors]
     if named:  # an extension named on the command line must load: refuse to start
         for spec in named:
             log.error("--extension %s: %s", spec, toolkit.errors[spec])
         return EXIT_NOTHING_TO_SERVE
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(toolkit.redactor.log_filter())
     queues = toolkit.queues & set(args.queue) if args.queue else toolkit.queues
     if not queues:
         log.error("nothing to serve: no extension provides the queues %s", args.queue or "(any)")
         return EXIT_NOTHING_TO_SERVE
+    if toolkit.needs_processes:
+        toolkit.process_runner = _process_runner(args, settings, toolkit)
 
     broker = make_broker(args.redis_url, args.namespace)
+    broker.heartbeat_timeout = int(settings.broker_heartbeat_timeout_s * 1000)
+    broker.on_poison = lambda queue, data, error: _answer_poison(broker.client, args, data, error)
     dramatiq.set_broker(broker)
-    declare_actors(broker, toolkit, queues, args.reply_ttl_s)
+    ledger = Ledger(broker.client, args.namespace, worker_id, args.reply_ttl_s, args.worker_ttl_s)
+    declare_actors(broker, Worker(toolkit, ledger, settings.max_arguments_bytes), queues)
+    broker.client.hset(brokers_key(args.namespace), worker_id, broker.broker_id)
     publisher = CatalogPublisher(
-        broker.client, args.namespace, toolkit, queues, args.heartbeat_interval_s, args.worker_ttl_s
+        broker.client,
+        args.namespace,
+        toolkit,
+        queues,
+        args.heartbeat_interval_s,
+        args.worker_ttl_s,
+        broker=broker,
     )
+    cancels = CancelListener(args.redis_url, args.namespace, toolkit)
     worker = dramatiq.Worker(broker, queues=queues, worker_threads=args.threads)
     worker.start()
     publisher.start()
+    cancels.start()
     log.info(
         "serving %d functions on %s with %d threads",
         len(toolkit.served),
         sorted(queues),
         args.threads,
     )
-    stop.wait()
+    code = _serve_until_stopped(stop, toolkit, settings.max_stuck_threads)
     log.info("draining (grace %.1f s)", args.shutdown_grace_s)
     publisher.stop()
     worker.stop(timeout=int(args.shutdown_grace_s * 1000))
+    cancels.stop()
+    broker.client.hdel(brokers_key(args.namespace), worker_id)
     toolkit.runner.close()
+    if toolkit.process_runner is not None:
+        toolkit.process_runner.close()
+    return code
+
+
+def _serve_until_stopped(stop: threading.Event, toolkit: Toolkit, max_stuck: int) -> int:
+    while not stop.wait(1.0):
+        stuck = toolkit.runner.stuck_threads
+        if stuck > max_stuck:
+            log.error(
+                "%d tool threads are stuck (limit %d); draining for a fresh process",
+                stuck,
+                max_stuck,
+            )
+            return EXIT_STUCK
     return 0
+
+
+def _process_runner(
+    args: argparse.Namespace, settings: Settings, toolkit: Toolkit
+) -> ProcessRunner:
+    from toolfleet.worker.isolation.process import ProcessRunner
+
+    modules = {s.partition(":")[0] for s in args.extension}
+    for extension in toolkit.extensions.values():
+        for tool in extension.tools:
+            modules.add(getattr(tool, "__module__", None) or type(tool).__module__)
+    runner = ProcessRunner(
+        max_workers=args.threads,
+        init_args=(
+            list(args.extension),
+            [str(f) for f in settings.extension_folders()],
+            not args.no_entry_points,
+            str(settings.secrets_dir) if settings.secrets_dir else None,
+            args.namespace,
+            args.log_level,
+        ),
+        preload=sorted(m for m in modules if m and not m.startswith("toolfleet.shared")),
+    )
+    runner.warm_up()
+    return runner
+
+
+def _answer_poison(client: object, args: argparse.Namespace, data: bytes, error: Exception) -> None:
+    """Answer ``rejected`` to an undecodable message when its request can still be read."""
+    from toolfleet.shared import codec
+
+    try:
+        body = codec.loads(data)
+    except codec.DecodeError:
+        return
+    inner = (
+        body.get("args", [None])[0]
+        if isinstance(body, dict) and isinstance(body.get("args"), list)
+        else None
+    )
+    if inner is not None:
+        post_rejection(client, args.reply_ttl_s, inner, f"undecodable message: {error}", "")  # type: ignore[arg-type]
 
 
 def _install_signal_handlers(stop: threading.Event) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from toolfleet.producer import ToolClient
+from toolfleet.producer.client import CallFuture
 from toolfleet.shared import codec
 from toolfleet.shared.naming import function_name
 from toolfleet.shared.wire import ToolCallResult
@@ -172,7 +173,7 @@ def replay(
 ) -> ReplayReport:
     """Submit every case at once, wait for all, and compare."""
     report = ReplayReport(entries=entries, calls=len(cases))
-    futures: list[Future[ToolCallResult]] = []
+    futures: list[CallFuture] = []
     for i, case in enumerate(cases):
         sent = time.monotonic()
         future = client.submit(

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from toolfleet.shared.manifest import RetryPolicy
 from toolfleet.shared.naming import extension_switch
 from toolfleet.shared.spec import ToolSpec
 from toolfleet.shared.tool import Extension
@@ -25,6 +26,9 @@ class ServedTool:
         queue: the Dramatiq queue that carries its calls.
         timeout_s: its time limit in seconds.
         settings: the extension's loaded settings model, or ``None``.
+        idempotent: whether it may be re-run after its worker died, or retried.
+        isolation: ``thread`` or ``process`` (how a call runs).
+        retry: its retry policy, if any.
     """
 
     function: str
@@ -33,6 +37,9 @@ class ServedTool:
     queue: str
     timeout_s: float
     settings: BaseModel | None = None
+    idempotent: bool = False
+    isolation: str = "thread"
+    retry: RetryPolicy | None = None
 
     @property
     def arguments_model(self) -> type[BaseModel]:
@@ -61,6 +68,8 @@ class ServedTool:
             "display_description": self.spec.display_description,
             "queue": self.queue,
             "timeout_s": self.timeout_s,
+            "idempotent": self.idempotent,
+            "isolation": self.isolation,
             "slug": ext.slug,
             "version": ext.version,
             "enabled": ext.enabled,

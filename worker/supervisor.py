@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -16,6 +17,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import FrameType
+
+import redis
+
+from toolfleet.worker.recovery import recover_dead_worker
 
 __all__ = ["Supervisor", "WorkerOptions"]
 
@@ -134,15 +139,22 @@ class Supervisor:
                     nothing_to_serve = True
                     self._stop.set()
                     break
-                log.warning(
-                    "worker process %d (pid %d) exited with %s; restarting",
-                    slot.index,
-                    slot.process.pid if slot.process else -1,
-                    code,
-                )
+                pid = slot.process.pid if slot.process else -1
+                log.warning("worker process %d (pid %d) exited with %s; restarting",
+                            slot.index, pid, code)  # fmt: skip
+                self._recover(pid)
                 self._restart(slot)
         self._drain()
         return EXIT_NOTHING_TO_SERVE if nothing_to_serve else 0
+
+    def _recover(self, pid: int) -> None:
+        client = redis.Redis.from_url(self.options.redis_url)
+        try:
+            recover_dead_worker(client, self.options.namespace, f"{socket.gethostname()}:{pid}")
+        except redis.RedisError as exc:
+            log.error("could not requeue the messages of pid %d: %s", pid, exc)
+        finally:
+            client.close()
 
     def _start(self, slot: _Slot) -> None:
         slot.process = subprocess.Popen(self.options.argv(slot.index), start_new_session=True)

@@ -30,6 +30,10 @@ class SwitchBoard:
             for k, v in raw.items()
         }
 
+    def snapshot(self) -> dict[str, bool]:
+        """Every switch state known now (for a child process)."""
+        return {**self.defaults, **self._states}
+
     def is_on(self, name: str) -> bool:
         """State of switch ``name`` (its full name, e.g. ``ext_dates_logging``)."""
         if name in self._states:

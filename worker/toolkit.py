@@ -3,23 +3,29 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from toolfleet.shared import codec
 from toolfleet.shared.errors import ConfigurationError, ExtensionToolError, InvalidArgumentsError
+from toolfleet.shared.spec import ToolSpec
 from toolfleet.shared.tool import Extension, ExtensionContext
 from toolfleet.shared.wire import Status, ToolCallRequest, ToolCallResult
 from toolfleet.worker.arguments import parse_arguments
 from toolfleet.worker.ext_settings import load_settings, secret_values
+from toolfleet.worker.isolation.base import CallHandle, ChildToolError, Outcome
+from toolfleet.worker.isolation.inproc import InProcessRunner
 from toolfleet.worker.redaction import Redactor
-from toolfleet.worker.runner import Outcome, Runner
 from toolfleet.worker.served import ServedTool
 from toolfleet.worker.switches import SwitchBoard
+
+if TYPE_CHECKING:
+    from toolfleet.worker.isolation.process import ProcessRunner
 
 __all__ = ["CRASH_MESSAGE", "Toolkit"]
 
@@ -27,6 +33,12 @@ log = logging.getLogger("toolfleet.worker")
 
 #: What the model reads when a tool fails unexpectedly (the traceback stays in the log).
 CRASH_MESSAGE = "the tool failed unexpectedly; the error was logged (ref {ref})"
+
+#: ExtensionContext fields that travel to a child process as plain values.
+_PLAIN_CONTEXT_FIELDS = (
+    "call_id", "function", "slug", "version", "deadline", "tool_call_id", "account", "user",
+    "llmclient", "conversation", "traceparent", "metadata",
+)  # fmt: skip
 
 
 class Toolkit:
@@ -36,35 +48,47 @@ class Toolkit:
     deadline check (``expired``), lookup (``unknown_function``), enabled / switched on /
     available to the account (``not_available``), argument parsing and validation
     (``invalid_arguments``), then the run under ``min(tool timeout_s, deadline - now)``
-    (``ok``, ``tool_error``, ``crashed``, ``timeout``). Secret setting values are
-    scrubbed from every reply.
+    in the tool's isolation (``ok``, ``tool_error``, ``crashed``, ``timeout``,
+    ``canceled``), with retries only for idempotent tools that declare them. Secret
+    setting values are scrubbed from every reply; a result over ``max_result_bytes``
+    becomes a ``tool_error``.
 
     Args:
         worker_id: ``host:pid`` written into every result.
         namespace: key prefix (for switches).
         secrets_dir: folder of mounted secret files for extension settings.
+        max_result_bytes: largest encoded result posted, bytes.
 
     Attributes:
         served: function name -> :class:`ServedTool`.
         errors: extension source -> why it was not loaded.
+        running: request id -> :class:`CallHandle` of calls running now.
+        process_runner: runs ``process``-isolation tools (set by the worker process).
     """
 
     def __init__(
         self,
         worker_id: str = "",
-        runner: Runner | None = None,
+        runner: InProcessRunner | None = None,
         *,
         namespace: str = "toolfleet",
         secrets_dir: Path | None = None,
+        max_result_bytes: int = 1_048_576,
     ) -> None:
         self.served: dict[str, ServedTool] = {}
         self.extensions: dict[str, Extension] = {}
         self.errors: dict[str, str] = {}
         self.worker_id = worker_id
-        self.runner = runner or Runner()
+        self.runner = runner or InProcessRunner()
+        self.process_runner: ProcessRunner | None = None
         self.secrets_dir = secrets_dir
+        self.max_result_bytes = max_result_bytes
         self.switches = SwitchBoard(namespace)
         self.redactor = Redactor()
+        self.running: dict[str, CallHandle] = {}
+        self._running_lock = threading.Lock()
+
+    # -- loading ---------------------------------------------------------------
 
     def add_extension(self, extension: Extension) -> None:
         """Serve every tool of ``extension``.
@@ -77,17 +101,7 @@ class Toolkit:
         if extension.slug in self.extensions:
             raise ConfigurationError(f"extension {extension.slug!r} is loaded already")
         settings = load_settings(extension, self.secrets_dir)
-        served = [
-            ServedTool(
-                function=extension.function_name(spec.name),
-                spec=spec,
-                extension=extension,
-                queue=extension.queue_name,
-                timeout_s=spec.timeout_s or extension.timeout_s,
-                settings=settings,
-            )
-            for spec in specs
-        ]
+        served = [self._serve(extension, spec, settings) for spec in specs]
         taken = [s.function for s in served if s.function in self.served]
         if taken:
             raise ConfigurationError(
@@ -99,6 +113,37 @@ class Toolkit:
             self.switches.defaults[extension.switch_name(switch.name)] = switch.default
         for item in served:
             self.served[item.function] = item
+
+    @staticmethod
+    def _serve(extension: Extension, spec: ToolSpec, settings: BaseModel | None) -> ServedTool:
+        options = extension.tool_options.get(spec.name)
+        idempotent = spec.idempotent
+        if options is not None and options.idempotent is not None:
+            idempotent = options.idempotent
+        retry = (options.retry if options else None) or spec.retry
+        if retry is not None and not idempotent:
+            raise ConfigurationError(
+                f"extension {extension.slug!r}: tool {spec.name} declares retries but is not "
+                "idempotent (a retried tool may run twice)"
+            )
+        isolation = (
+            (options.isolation if options else None) or spec.isolation or extension.isolation
+        )
+        if isolation not in ("thread", "process"):
+            raise ConfigurationError(f"tool {spec.name}: isolation must be thread or process")
+        return ServedTool(
+            function=extension.function_name(spec.name),
+            spec=spec,
+            extension=extension,
+            queue=extension.queue_name,
+            timeout_s=(options.timeout if options else None)
+            or spec.timeout_s
+            or extension.timeout_s,
+            settings=settings,
+            idempotent=idempotent,
+            isolation=isolation,
+            retry=retry,
+        )
 
     def add_extensions(self, extensions: Iterable[tuple[str, Extension]]) -> None:
         """Add several; a bad one is recorded in :attr:`errors`, logged, and skipped."""
@@ -113,6 +158,19 @@ class Toolkit:
     def queues(self) -> set[str]:
         """The queues of every served function."""
         return {s.queue for s in self.served.values()}
+
+    @property
+    def needs_processes(self) -> bool:
+        """True when any served function runs in ``process`` isolation."""
+        return any(s.isolation == "process" for s in self.served.values())
+
+    # -- calls -----------------------------------------------------------------
+
+    def cancel(self, call_id: str) -> bool:
+        """Cancel a running call; False when it is not running here."""
+        with self._running_lock:
+            handle = self.running.get(call_id)
+        return handle.cancel() if handle is not None else False
 
     def call(self, request: ToolCallRequest) -> ToolCallResult:
         """Answer one request (never raises)."""
@@ -129,21 +187,24 @@ class Toolkit:
         if served is None:
             message = f"unknown function {request.function!r}"
             return self._failure(request, Status.UNKNOWN_FUNCTION, message, timings)
-        refusal = self._refusal(served, request.context.account)
+        refusal = self.refusal(served, request.context.account)
         if refusal:
             return self._failure(request, Status.NOT_AVAILABLE, refusal, timings)
         try:
             arguments = parse_arguments(request.arguments, served.arguments_model)
         except InvalidArgumentsError as exc:
             return self._failure(request, Status.INVALID_ARGUMENTS, str(exc), timings)
-        limit_s = min(served.timeout_s, request.deadline - time.time())
-        context = self._context_for(request, served)
-        outcome = self._run(served, arguments, context, limit_s)
-        if outcome.timed_out:
-            context.canceled_event.set()
-        return self._result_of(request, outcome, limit_s, timings)
+        handle = CallHandle()
+        with self._running_lock:
+            self.running[request.id] = handle
+        try:
+            return self._run_with_retries(request, served, arguments, handle, timings)
+        finally:
+            with self._running_lock:
+                self.running.pop(request.id, None)
 
-    def _refusal(self, served: ServedTool, account: str | None) -> str:
+    def refusal(self, served: ServedTool, account: str | None) -> str:
+        """Why ``served`` may not run for ``account`` now ("" when it may)."""
         if not served.extension.enabled:
             return f"{served.function} is disabled"
         if not all(self.switches.is_on(name) for name in served.switch_names):
@@ -152,13 +213,57 @@ class Toolkit:
             return f"{served.function} is not available to this account"
         return ""
 
+    def _run_with_retries(
+        self,
+        request: ToolCallRequest,
+        served: ServedTool,
+        arguments: BaseModel,
+        handle: CallHandle,
+        timings: dict[str, Any],
+    ) -> ToolCallResult:
+        attempt = 1
+        run_s = 0.0
+        while True:
+            limit_s = min(served.timeout_s, request.deadline - time.time())
+            context = self._context_for(request, served)
+            handle.on_cancel(context.canceled_event.set)
+            outcome = self._run(served, arguments, context, limit_s, handle)
+            if outcome.timed_out:
+                context.canceled_event.set()
+            run_s += outcome.run_s
+            timings["run_s"] = run_s
+            result = self._result_of(request, outcome, limit_s, timings)
+            retry = served.retry
+            if retry is None or attempt >= retry.attempts or result.status.value not in retry.on:
+                return result
+            backoff = retry.backoff_s * 2 ** (attempt - 1)
+            if time.time() + backoff >= request.deadline or handle.canceled_within(backoff):
+                return result
+            log.info("retrying %s (call %s), attempt %d", served.function, request.id, attempt + 1)
+            attempt += 1
+
     def _run(
-        self, served: ServedTool, arguments: BaseModel, context: ExtensionContext, limit_s: float
+        self,
+        served: ServedTool,
+        arguments: BaseModel,
+        context: ExtensionContext,
+        limit_s: float,
+        handle: CallHandle,
     ) -> Outcome:
+        if served.isolation == "process" and self.process_runner is not None:
+            fields = {name: getattr(context, name) for name in _PLAIN_CONTEXT_FIELDS}
+            return self.process_runner.run(
+                served.function,
+                arguments.model_dump(mode="python", by_alias=True),
+                fields,
+                self.switches.snapshot(),
+                limit_s,
+                handle,
+            )
         invoke = served.spec.invoke
         if served.is_async:
-            return self.runner.run_async(lambda: invoke(arguments, context), limit_s)
-        return self.runner.run_sync(lambda: invoke(arguments, context), limit_s)
+            return self.runner.run_async(lambda: invoke(arguments, context), limit_s, handle)
+        return self.runner.run_sync(lambda: invoke(arguments, context), limit_s, handle)
 
     def _result_of(
         self,
@@ -167,7 +272,8 @@ class Toolkit:
         limit_s: float,
         timings: dict[str, Any],
     ) -> ToolCallResult:
-        timings["run_s"] = outcome.run_s
+        if outcome.canceled:
+            return self._failure(request, Status.CANCELED, "the call was canceled", timings)
         if outcome.timed_out:
             message = f"the tool did not finish within {limit_s:.3g} s"
             return self._failure(request, Status.TIMEOUT, message, timings)
@@ -181,9 +287,15 @@ class Toolkit:
             value = value.model_dump(mode="json")
         try:
             value = self.redactor.scrub_json(value)
-            codec.dumps(value)
+            size = len(codec.dumps(value))
         except (codec.EncodeError, codec.DecodeError) as exc:
             return self._crashed(request, exc, timings)
+        if size > self.max_result_bytes:
+            message = (
+                f"the result is {size} bytes, over the limit of {self.max_result_bytes} bytes; "
+                "ask for less (narrow the query or paginate)"
+            )
+            return self._failure(request, Status.TOOL_ERROR, message, timings)
         return ToolCallResult(
             id=request.id,
             tool_call_id=request.tool_call_id,
@@ -201,12 +313,16 @@ class Toolkit:
     def _crashed(
         self, request: ToolCallRequest, error: BaseException, timings: dict[str, Any]
     ) -> ToolCallResult:
-        log.error(
-            "tool %s crashed (call %s)",
-            request.function,
-            request.id,
-            exc_info=(type(error), error, error.__traceback__),
-        )
+        if isinstance(error, ChildToolError):
+            log.error("tool %s crashed in its process (call %s): %s", request.function,
+                      request.id, error)  # fmt: skip
+        else:
+            log.error(
+                "tool %s crashed (call %s)",
+                request.function,
+                request.id,
+                exc_info=(type(error), error, error.__traceback__),
+            )
         return ToolCallResult.failure(
             request, Status.CRASHED, CRASH_MESSAGE.format(ref=request.id), **timings
         )

@@ -1,0 +1,178 @@
+"""Test-only extension for the execution guarantees (loaded with --extension)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import time
+
+import redis
+from pydantic import BaseModel, ConfigDict, Field
+
+from toolfleet.shared import Extension, ExtensionContext, Tool
+
+
+def _redis() -> redis.Redis:
+    return redis.Redis.from_url(os.environ["TOOLFLEET_REDIS_URL"])
+
+
+class Seconds(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    seconds: float = 0.0
+
+
+class KeyArguments(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    key: str = Field(description="Redis key to count runs in.")
+    seconds: float = 0.0
+
+
+class Nothing(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Sleep(Tool):
+    """time.sleep in a thread (cannot be interrupted)."""
+
+    name = "sleep"
+    arguments_model = Seconds
+    timeout_s = 2.0
+
+    def call(self, arguments: Seconds, context: ExtensionContext) -> float:
+        time.sleep(arguments.seconds)
+        return arguments.seconds
+
+
+class Quick(Tool):
+    """Answer at once."""
+
+    name = "quick"
+    arguments_model = Nothing
+
+    def call(self, arguments: Nothing, context: ExtensionContext) -> str:
+        return "quick"
+
+
+class Spin(Tool):
+    """A pure-Python busy loop, in a child process."""
+
+    name = "spin"
+    arguments_model = Seconds
+    timeout_s = 1.0
+    isolation = "process"
+
+    def call(self, arguments: Seconds, context: ExtensionContext) -> int:
+        end, n = time.monotonic() + arguments.seconds, 0
+        while time.monotonic() < end:
+            n += 1
+        return n
+
+
+class GilHold(Tool):
+    """math.factorial(10**6): seconds inside one C call holding the GIL, in a child process."""
+
+    name = "gil_hold"
+    arguments_model = Nothing
+    timeout_s = 1.0
+    isolation = "process"
+
+    def call(self, arguments: Nothing, context: ExtensionContext) -> int:
+        return math.factorial(10**6).bit_length()
+
+
+class ProcessQuick(Tool):
+    """Answer at once from a child process (shows the slot is back)."""
+
+    name = "process_quick"
+    arguments_model = Nothing
+    timeout_s = 1.0
+    isolation = "process"
+
+    def call(self, arguments: Nothing, context: ExtensionContext) -> int:
+        return os.getpid()
+
+
+class Count(Tool):
+    """INCR a Redis key each time it runs, then sleep (not idempotent)."""
+
+    name = "count"
+    arguments_model = KeyArguments
+    timeout_s = 10.0
+
+    def call(self, arguments: KeyArguments, context: ExtensionContext) -> int:
+        runs = int(_redis().incr(arguments.key))
+        time.sleep(arguments.seconds)
+        return runs
+
+
+class Ticks(Tool):
+    """INCR a Redis key every 20 ms until stopped (async: cancellable)."""
+
+    name = "ticks"
+    arguments_model = KeyArguments
+    timeout_s = 30.0
+
+    async def call(self, arguments: KeyArguments, context: ExtensionContext) -> int:
+        client = _redis()
+        while True:
+            client.incr(arguments.key)
+            await asyncio.sleep(0.02)
+
+
+class ProcessTicks(Tool):
+    """INCR a Redis key every 20 ms until its child process is killed."""
+
+    name = "process_ticks"
+    arguments_model = KeyArguments
+    timeout_s = 30.0
+    isolation = "process"
+
+    def call(self, arguments: KeyArguments, context: ExtensionContext) -> int:
+        client = _redis()
+        while True:
+            client.incr(arguments.key)
+            time.sleep(0.02)
+
+
+class WatchCancel(Tool):
+    """A thread tool that stops when context.canceled becomes true, and says so in Redis."""
+
+    name = "watch_cancel"
+    arguments_model = KeyArguments
+    timeout_s = 30.0
+
+    def call(self, arguments: KeyArguments, context: ExtensionContext) -> str:
+        while not context.canceled:
+            time.sleep(0.01)
+        _redis().set(arguments.key, "saw cancel")
+        return "stopped"
+
+
+class Crash(Tool):
+    """The worker process kills itself (thread isolation: the whole worker dies)."""
+
+    name = "crash"
+    arguments_model = Nothing
+
+    def call(self, arguments: Nothing, context: ExtensionContext) -> None:
+        os._exit(9)
+
+
+extension = Extension(
+    slug="guarantee",
+    version="1.0.0",
+    tools=[
+        Sleep,
+        Quick,
+        Spin,
+        GilHold,
+        ProcessQuick,
+        Count,
+        Ticks,
+        ProcessTicks,
+        WatchCancel,
+        Crash,
+    ],
+    timeout_s=5.0,
+)

@@ -1,0 +1,60 @@
+"""Listen for cancellations of running calls (Redis pub/sub) and cancel them here."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import redis
+
+from toolfleet.shared.naming import cancel_channel
+from toolfleet.worker.toolkit import Toolkit
+
+__all__ = ["CancelListener"]
+
+log = logging.getLogger("toolfleet.worker.cancels")
+
+
+class CancelListener:
+    """A daemon thread subscribed to ``<ns>:cancel``; each message is a call id.
+
+    A queued call is canceled through its ``<ns>:cancel:<id>`` key (checked when a worker
+    claims it); this listener reaches calls that are already running.
+    """
+
+    def __init__(self, url: str, namespace: str, toolkit: Toolkit) -> None:
+        self.url = url
+        self.channel = cancel_channel(namespace)
+        self.toolkit = toolkit
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="toolfleet-cancels", daemon=True)
+
+    def start(self) -> None:
+        """Start listening."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop listening (within a second)."""
+        self._stop.set()
+
+    def _run(self) -> None:
+        backoff = 0.1
+        while not self._stop.is_set():
+            try:
+                client = redis.Redis.from_url(self.url)
+                pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+                pubsub.subscribe(self.channel)
+                backoff = 0.1
+                while not self._stop.is_set():
+                    message = pubsub.get_message(timeout=1.0)
+                    if message and message.get("type") == "message":
+                        data = message["data"]
+                        call_id = data.decode() if isinstance(data, bytes) else str(data)
+                        if self.toolkit.cancel(call_id):
+                            log.info("canceled running call %s", call_id)
+                pubsub.close()
+                client.close()
+            except redis.RedisError as exc:
+                log.warning("cancel listener: %s; reconnecting in %.1f s", exc, backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)

@@ -1,0 +1,105 @@
+"""Code that runs inside a ``process``-isolation child (started by :mod:`.process`).
+
+The child loads the same extensions as its worker process (its initializer), then runs
+one tool call per task. Results and :class:`ExtensionToolError` travel back pickled; any
+other exception travels back as :class:`ChildToolError` text (it may not pickle).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import socket
+import traceback
+from pathlib import Path
+from typing import Any
+
+from toolfleet.shared.errors import ExtensionToolError
+from toolfleet.shared.tool import ExtensionContext
+from toolfleet.worker.isolation.base import ChildToolError
+
+__all__ = ["call_in_child", "init_child", "ping"]
+
+_state: dict[str, Any] = {}
+
+
+def init_child(
+    specs: list[str],
+    folders: list[str],
+    entry_points: bool,
+    secrets_dir: str | None,
+    namespace: str,
+    log_level: str,
+) -> None:
+    """Pool initializer: configure logging and load the extensions."""
+    from toolfleet.worker.loader import load_all
+    from toolfleet.worker.toolkit import Toolkit
+
+    worker_id = f"{socket.gethostname()}:{os.getpid()}"
+    logging.basicConfig(
+        level=log_level.upper(),
+        format=f"%(asctime)s %(levelname)s [{worker_id} child] %(name)s: %(message)s",
+    )
+    toolkit = Toolkit(
+        worker_id=worker_id,
+        namespace=namespace,
+        secrets_dir=Path(secrets_dir) if secrets_dir else None,
+    )
+    loaded, errors = load_all(
+        specs, folders=[Path(f) for f in folders], entry_points_too=entry_points
+    )
+    toolkit.add_extensions(loaded)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(toolkit.redactor.log_filter())
+    _state["toolkit"] = toolkit
+
+
+def ping() -> int:
+    """A no-op task (warms a child up); returns the child's pid."""
+    return os.getpid()
+
+
+def call_in_child(
+    function: str,
+    arguments: dict[str, Any],
+    context_fields: dict[str, Any],
+    switch_states: dict[str, bool],
+) -> Any:
+    """Validate ``arguments`` again and run ``function``; return its JSON-able value.
+
+    Raises:
+        ExtensionToolError: the tool's own error for the model.
+        ChildToolError: any other exception, as text.
+    """
+    toolkit = _state["toolkit"]
+    served = toolkit.served[function]
+    extension = served.extension
+
+    def switch_is_active(name: str) -> bool:
+        full = extension.switch_name(name)
+        return bool(switch_states.get(full, toolkit.switches.defaults.get(full, True)))
+
+    try:
+        model = served.arguments_model.model_validate(arguments)
+        context = ExtensionContext(
+            **context_fields,
+            logger=logging.getLogger(f"toolfleet.extensions.{extension.slug}"),
+            settings=served.settings,
+            switches=switch_is_active,
+        )
+        value = served.spec.invoke(model, context)
+        if inspect.isawaitable(value):
+            value = asyncio.run(_wait(value))
+        if hasattr(value, "model_dump"):
+            value = value.model_dump(mode="json")
+        return value
+    except ExtensionToolError as exc:
+        raise ExtensionToolError(str(exc)) from None
+    except BaseException as exc:  # noqa: BLE001 - carried back as text
+        raise ChildToolError(f"{type(exc).__name__}: {exc}", traceback.format_exc()) from None
+
+
+async def _wait(awaitable: Any) -> Any:
+    return await awaitable

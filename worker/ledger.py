@@ -1,0 +1,115 @@
+"""Exactly one terminal reply per call id, across redeliveries: claims and outcomes in Redis.
+
+Dramatiq delivers at least once: a message comes back when its worker died or stalled.
+Before running a call the worker claims its id; after, it records the outcome in the
+same round trip that posts the reply. A redelivered message whose outcome exists gets
+that reply again and never re-runs. One whose claim exists without an outcome (its
+worker died mid-run) re-runs only when the tool is idempotent; otherwise it is answered
+``crashed`` ("not retried because the tool may have side effects"). A claim held by a
+worker that is still alive (fresh heartbeat) means the call is running there: the
+duplicate message is dropped.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import redis
+
+from toolfleet.shared.naming import cancel_key, claim_key, outcome_key, workers_key
+from toolfleet.shared.wire import ReplyEnvelope, ToolCallRequest, ToolCallResult
+
+__all__ = ["Claim", "Ledger"]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What :meth:`Ledger.claim` found.
+
+    Attributes:
+        acquired: this worker now owns the call.
+        outcome: the recorded terminal result (bytes of a result envelope), if any.
+        canceled: the call was canceled before it ran.
+        owner: the worker holding the claim when not acquired.
+        owner_alive: whether that worker still heartbeats.
+    """
+
+    acquired: bool
+    outcome: bytes | None = None
+    canceled: bool = False
+    owner: str | None = None
+    owner_alive: bool = False
+
+
+class Ledger:
+    """Claims, outcomes and replies for one worker process.
+
+    Args:
+        client: Redis client.
+        namespace: key prefix.
+        worker_id: this process's id.
+        reply_ttl_s: seconds replies, claims and outcomes outlive a call's deadline.
+        worker_ttl_s: a worker heartbeat older than this is dead.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        namespace: str,
+        worker_id: str,
+        reply_ttl_s: int,
+        worker_ttl_s: float,
+    ) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.worker_id = worker_id
+        self.reply_ttl_s = reply_ttl_s
+        self.worker_ttl_s = worker_ttl_s
+
+    def _ttl(self, request: ToolCallRequest) -> int:
+        return int(max(0.0, request.deadline - time.time())) + self.reply_ttl_s
+
+    def claim(self, request: ToolCallRequest, queue: str) -> Claim:
+        """Try to take the call (one round trip)."""
+        key = claim_key(self.namespace, request.id)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.set(key, self.worker_id, nx=True, ex=self._ttl(request))
+        pipe.get(key)
+        pipe.get(outcome_key(self.namespace, request.id))
+        pipe.exists(cancel_key(self.namespace, request.id))
+        acquired, owner, outcome, canceled = pipe.execute()
+        if outcome is not None:
+            return Claim(acquired=False, outcome=outcome)
+        if acquired:
+            return Claim(acquired=True, canceled=bool(canceled))
+        owner_id = owner.decode() if isinstance(owner, bytes) else owner
+        if owner_id == self.worker_id:
+            return Claim(acquired=True, canceled=bool(canceled))
+        score = (
+            self.client.zscore(workers_key(self.namespace, queue), owner_id) if owner_id else None
+        )
+        alive = score is not None and score >= time.time() - self.worker_ttl_s
+        return Claim(acquired=False, canceled=bool(canceled), owner=owner_id, owner_alive=alive)
+
+    def take_over(self, request: ToolCallRequest) -> None:
+        """Claim a call whose owner died (before re-running an idempotent tool)."""
+        self.client.set(
+            claim_key(self.namespace, request.id), self.worker_id, ex=self._ttl(request)
+        )
+
+    def finish(self, request: ToolCallRequest, result: ToolCallResult) -> None:
+        """Record the outcome and post the reply (one pipelined round trip)."""
+        data = ReplyEnvelope(type="result", result=result).encode()
+        pipe = self.client.pipeline(transaction=False)
+        pipe.set(outcome_key(self.namespace, request.id), data, ex=self._ttl(request))
+        pipe.rpush(request.reply_to, data)
+        pipe.expire(request.reply_to, self.reply_ttl_s)
+        pipe.execute()
+
+    def repost(self, request: ToolCallRequest, outcome: bytes) -> None:
+        """Post a recorded outcome again (a redelivered message of a finished call)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.rpush(request.reply_to, outcome)
+        pipe.expire(request.reply_to, self.reply_ttl_s)
+        pipe.execute()
