@@ -31,6 +31,7 @@ from toolfleet.shared.toolkit import Delegate, DynamicTool, Toolkit
 __all__ = ["ToolSpec", "specs_from"]
 
 Invoke = Callable[[BaseModel, Any], Any]
+Describe = Callable[[str, BaseModel, Any], "str | None"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class ToolSpec:
         display_name, display_description: for user interfaces.
         kind: ``class``, ``metadata``, ``toolkit`` or ``delegate``.
         idempotent, isolation, retry: execution options (see ``Tool``).
+        describe: ``describe(stage, arguments, result)`` -> UI text for ``running``,
+            ``completed`` or ``canceled`` (class tools' ``*_description`` methods).
     """
 
     name: str
@@ -64,6 +67,7 @@ class ToolSpec:
     idempotent: bool = False
     isolation: str | None = None
     retry: RetryPolicy | None = None
+    describe: Describe | None = None
 
 
 def specs_from(obj: Any) -> tuple[list[ToolSpec], list[str]]:
@@ -135,8 +139,29 @@ def _from_class(cls: type[Tool]) -> tuple[list[ToolSpec], list[str]]:
         idempotent=cls.idempotent,
         isolation=cls.isolation,
         retry=cls.retry,
+        describe=_describer(cls),
     )
     return [spec], []
+
+
+def _describer(cls: type[Tool]) -> Describe | None:
+    overridden = [
+        name
+        for name in ("running_description", "completed_description", "canceled_description")
+        if getattr(cls, name) is not getattr(Tool, name)
+    ]
+    if not overridden:
+        return None
+
+    def describe(stage: str, arguments: BaseModel, result: Any) -> str | None:
+        tool = cls()
+        if stage == "running":
+            return tool.running_description(arguments)
+        if stage == "completed":
+            return tool.completed_description(arguments, result)
+        return tool.canceled_description(arguments)
+
+    return describe
 
 
 def _from_plugin(plugin: MetadataPlugin) -> tuple[list[ToolSpec], list[str]]:

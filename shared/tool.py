@@ -85,6 +85,17 @@ class ExtensionContext:
     switches: Callable[[str], bool] = field(default=lambda name: True, repr=False)
     canceled_event: threading.Event = field(default_factory=threading.Event, repr=False)
 
+    progress_sink: Callable[[str], None] | None = field(default=None, repr=False)
+
+    def progress(self, message: str) -> None:
+        """Report progress ("Fetched 3 of 10 pages") to a caller streaming this call.
+
+        Throttled by the worker (at most a few events per second); a no-op when nobody
+        streams the call or the tool runs in a child process.
+        """
+        if self.progress_sink is not None:
+            self.progress_sink(message)
+
     def switch_is_active(self, name: str) -> bool:
         """State of the extension's switch ``name`` (short name, e.g. ``logging``)."""
         return self.switches(name)
@@ -124,6 +135,18 @@ class Tool:
     def call(self, arguments: Any, context: ExtensionContext) -> Any:
         """Run the tool. Override in a subclass (sync or ``async def``)."""
         raise NotImplementedError
+
+    def running_description(self, arguments: Any) -> str | None:
+        """Optional: what a UI shows while the call runs ("Fetching weather for Paris…")."""
+        return None
+
+    def completed_description(self, arguments: Any, result: Any) -> str | None:
+        """Optional: what a UI shows when the call succeeded."""
+        return None
+
+    def canceled_description(self, arguments: Any) -> str | None:
+        """Optional: what a UI shows when the call was canceled."""
+        return None
 
     @classmethod
     def tool_description(cls) -> str:

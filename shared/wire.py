@@ -24,6 +24,7 @@ __all__ = [
     "Status",
     "ToolCallRequest",
     "ToolCallResult",
+    "ToolEvent",
     "new_call_id",
 ]
 
@@ -84,6 +85,8 @@ class ToolCallRequest(BaseModel):
         deadline: Unix epoch seconds after which nobody waits for the result.
         timeout_s: the caller's time budget in seconds.
         sent_at: Unix epoch seconds when the producer published the call.
+        events: when true the worker posts ``running`` and ``progress`` events to
+            ``reply_to`` before the result (a producer streaming the call's status).
     """
 
     model_config = ConfigDict(extra="ignore")
@@ -97,6 +100,7 @@ class ToolCallRequest(BaseModel):
     deadline: float
     timeout_s: float
     sent_at: float = Field(default_factory=time.time)
+    events: bool = False
 
     def encode(self) -> bytes:
         """Encode for the wire (orjson; exact big integers)."""
@@ -126,6 +130,8 @@ class ToolCallResult(BaseModel):
         queued_s: seconds between publishing and a worker taking the call.
         run_s: seconds the tool ran.
         worker: ``host:pid`` of the worker process that answered, if any.
+        description: the tool's own words for the outcome, for a user interface (e.g.
+            "Fetched the weather for Paris"), when the tool defines them.
     """
 
     model_config = ConfigDict(extra="ignore")
@@ -138,6 +144,7 @@ class ToolCallResult(BaseModel):
     queued_s: float | None = None
     run_s: float | None = None
     worker: str | None = None
+    description: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -183,12 +190,30 @@ class ToolCallResult(BaseModel):
         )
 
 
+class ToolEvent(BaseModel):
+    """A status event of one call, posted before its result.
+
+    Attributes:
+        id: the request id.
+        kind: ``running`` (a worker started it) or ``progress`` (the tool reported).
+        description: human-readable text for a user interface, if any.
+        at: Unix epoch seconds when it happened.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    kind: Literal["running", "progress"]
+    description: str | None = None
+    at: float = Field(default_factory=time.time)
+
+
 class ReplyEnvelope(BaseModel):
     """One entry of a reply list: a terminal ``result`` or an ``event`` before it."""
 
     type: Literal["result", "event"]
     result: ToolCallResult | None = None
-    event: dict[str, Any] | None = None
+    event: ToolEvent | None = None
 
     def encode(self) -> bytes:
         """Encode for the wire."""

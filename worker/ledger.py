@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import redis
 
 from toolfleet.shared.naming import cancel_key, claim_key, outcome_key, workers_key
-from toolfleet.shared.wire import ReplyEnvelope, ToolCallRequest, ToolCallResult
+from toolfleet.shared.wire import ReplyEnvelope, ToolCallRequest, ToolCallResult, ToolEvent
 
 __all__ = ["Claim", "Ledger"]
 
@@ -103,6 +103,14 @@ class Ledger:
         data = ReplyEnvelope(type="result", result=result).encode()
         pipe = self.client.pipeline(transaction=False)
         pipe.set(outcome_key(self.namespace, request.id), data, ex=self._ttl(request))
+        pipe.rpush(request.reply_to, data)
+        pipe.expire(request.reply_to, self.reply_ttl_s)
+        pipe.execute()
+
+    def post_event(self, request: ToolCallRequest, event: ToolEvent) -> None:
+        """Post a status event to the call's reply list (before its result)."""
+        data = ReplyEnvelope(type="event", event=event).encode()
+        pipe = self.client.pipeline(transaction=False)
         pipe.rpush(request.reply_to, data)
         pipe.expire(request.reply_to, self.reply_ttl_s)
         pipe.execute()

@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     broker.on_poison = lambda queue, data, error: _answer_poison(broker.client, args, data, error)
     dramatiq.set_broker(broker)
     ledger = Ledger(broker.client, args.namespace, worker_id, args.reply_ttl_s, args.worker_ttl_s)
+    toolkit.emit = ledger.post_event
     declare_actors(broker, Worker(toolkit, ledger, settings.max_arguments_bytes), queues)
     broker.client.hset(brokers_key(args.namespace), worker_id, broker.broker_id)
     publisher = CatalogPublisher(

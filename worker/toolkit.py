@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +15,7 @@ from toolfleet.shared import codec
 from toolfleet.shared.errors import ConfigurationError, ExtensionToolError, InvalidArgumentsError
 from toolfleet.shared.spec import ToolSpec
 from toolfleet.shared.tool import Extension, ExtensionContext
-from toolfleet.shared.wire import Status, ToolCallRequest, ToolCallResult
+from toolfleet.shared.wire import Status, ToolCallRequest, ToolCallResult, ToolEvent
 from toolfleet.worker.arguments import parse_arguments
 from toolfleet.worker.ext_settings import load_settings, secret_values
 from toolfleet.worker.isolation.base import CallHandle, ChildToolError, Outcome
@@ -33,6 +33,9 @@ log = logging.getLogger("toolfleet.worker")
 
 #: What the model reads when a tool fails unexpectedly (the traceback stays in the log).
 CRASH_MESSAGE = "the tool failed unexpectedly; the error was logged (ref {ref})"
+
+#: Seconds between two progress events of one call (more are dropped).
+PROGRESS_INTERVAL_S = 0.2
 
 #: ExtensionContext fields that travel to a child process as plain values.
 _PLAIN_CONTEXT_FIELDS = (
@@ -64,6 +67,8 @@ class Toolkit:
         errors: extension source -> why it was not loaded.
         running: request id -> :class:`CallHandle` of calls running now.
         process_runner: runs ``process``-isolation tools (set by the worker process).
+        emit: posts a status event of a call to its reply list (set by the worker
+            process); used only for requests with ``events`` on.
     """
 
     def __init__(
@@ -87,6 +92,7 @@ class Toolkit:
         self.redactor = Redactor()
         self.running: dict[str, CallHandle] = {}
         self._running_lock = threading.Lock()
+        self.emit: Callable[[ToolCallRequest, ToolEvent], None] | None = None
 
     # -- loading ---------------------------------------------------------------
 
@@ -198,10 +204,50 @@ class Toolkit:
         with self._running_lock:
             self.running[request.id] = handle
         try:
-            return self._run_with_retries(request, served, arguments, handle, timings)
+            self._event(request, "running", self._describe(served, "running", arguments, None))
+            result = self._run_with_retries(request, served, arguments, handle, timings)
+            stage = {Status.OK: "completed", Status.CANCELED: "canceled"}.get(result.status)
+            if stage is not None and served.spec.describe is not None:
+                description = self._describe(served, stage, arguments, result.content)
+                result = result.model_copy(update={"description": description})
+            return result
         finally:
             with self._running_lock:
                 self.running.pop(request.id, None)
+
+    def _event(self, request: ToolCallRequest, kind: str, description: str | None) -> None:
+        if not request.events or self.emit is None:
+            return
+        try:
+            self.emit(request, ToolEvent(id=request.id, kind=kind, description=description))  # type: ignore[arg-type]
+        except Exception:  # noqa: BLE001 - an event is best effort; the result still goes out
+            log.warning("could not post a %s event for %s", kind, request.id, exc_info=True)
+
+    def _describe(
+        self, served: ServedTool, stage: str, arguments: BaseModel, result: Any
+    ) -> str | None:
+        if served.spec.describe is None:
+            return None
+        try:
+            text = served.spec.describe(stage, arguments, result)
+        except Exception:  # noqa: BLE001 - a description never fails a call
+            log.warning("%s: %s_description failed", served.function, stage, exc_info=True)
+            return None
+        return self.redactor.scrub(text) if text else None
+
+    def _progress_sink(self, request: ToolCallRequest) -> Callable[[str], None] | None:
+        if not request.events or self.emit is None:
+            return None
+        last = [0.0]
+
+        def progress(message: str) -> None:
+            now = time.monotonic()
+            if now - last[0] < PROGRESS_INTERVAL_S:
+                return
+            last[0] = now
+            self._event(request, "progress", self.redactor.scrub(str(message))[:1000])
+
+        return progress
 
     def refusal(self, served: ServedTool, account: str | None) -> str:
         """Why ``served`` may not run for ``account`` now ("" when it may)."""
@@ -353,4 +399,5 @@ class Toolkit:
             logger=logger,
             settings=served.settings,
             switches=switch_is_active,
+            progress_sink=self._progress_sink(request),
         )
