@@ -91,16 +91,18 @@ class CatalogReader:
         When ``function`` is given and missing or not live in the cached one, read again
         (at most every ``MISS_REFRESH_S``).
         """
-        with self._lock:
-            snap = self._snapshot
-            now = time.monotonic()
-            age = now - snap.read_at if snap else float("inf")
-            stale = age > self.cache_s
-            miss = function is not None and snap is not None and not snap.is_live(function)
-            if stale or (miss and age > self.MISS_REFRESH_S):
-                snap = self._snapshot = self._read()
-            assert snap is not None
+        snap = self._snapshot
+        age = time.monotonic() - snap.read_at if snap else float("inf")
+        stale = age > self.cache_s
+        miss = function is not None and snap is not None and not snap.is_live(function)
+        if snap is not None and not stale and not (miss and age > self.MISS_REFRESH_S):
             return snap
+        # read outside any lock: a slow Redis must not queue every caller behind one read
+        fresh = self._read()
+        with self._lock:
+            if self._snapshot is None or self._snapshot.read_at < fresh.read_at:
+                self._snapshot = fresh
+            return self._snapshot
 
     def _read(self) -> Catalog:
         raw = self.client.hgetall(catalog_key(self.namespace))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import logging
+import math
 import threading
 import time
 import uuid
@@ -29,6 +31,8 @@ from toolfleet.shared.wire import (
 )
 
 __all__ = ["CallFuture", "ToolClient"]
+
+log = logging.getLogger("toolfleet.producer")
 
 Arguments = dict[str, Any] | str | None
 
@@ -73,7 +77,12 @@ class ToolClient:
         self.namespace = namespace or self.settings.namespace
         self.client_id = uuid.uuid4().hex
         self.reply_to = reply_key(self.namespace, self.client_id)
-        self._redis = redis.Redis.from_url(url, client_name=f"toolfleet-producer-{self.client_id}")
+        self._redis = redis.Redis.from_url(
+            url,
+            client_name=f"toolfleet-producer-{self.client_id}",
+            socket_timeout=self.settings.redis_timeout_s,
+            socket_connect_timeout=self.settings.redis_timeout_s,
+        )
         self._catalog = CatalogReader(
             self._redis, self.namespace, self.settings.catalog_cache_s, self.settings.worker_ttl_s
         )
@@ -124,7 +133,10 @@ class ToolClient:
         """
         request = self._request(function, arguments, tool_call_id, context, timeout_s)
         future: CallFuture = CallFuture(request.id)
-        size = _arguments_size(arguments)
+        try:
+            size = _arguments_size(arguments)
+        except codec.EncodeError as exc:
+            raise ClientError(f"arguments are not JSON: {exc}") from None
         if size > self.settings.max_arguments_bytes:
             message = (
                 f"the arguments are {size} bytes, over the limit of "
@@ -142,12 +154,27 @@ class ToolClient:
         refusal = catalog.refusal(function, request.context.account)
         if refusal:
             return _done(future, _local(request, Status.NOT_AVAILABLE, refusal))
-        self._listener.expect(request, future)
+        try:
+            self._listener.expect(request, future)
+        except RuntimeError:
+            raise ClientClosedError("the client is closed") from None
         try:
             self._publisher.publish(str(entry["queue"]), request)
+        except redis.ConnectionError as exc:
+            if _never_sent(exc):
+                self._listener.forget(request.id)
+                message = f"Redis unreachable: {exc}"
+                return _done(future, _local(request, Status.NOT_AVAILABLE, message))
+            # the request may have reached Redis: its reply may still come; the deadline
+            # resolves it otherwise (never report "not sent" for a call that may run)
+            log.warning("publishing call %s may have failed: %s", request.id, exc)
         except redis.RedisError as exc:
+            log.warning("publishing call %s may have failed: %s", request.id, exc)
+        except Exception:
             self._listener.forget(request.id)
-            return _done(future, _local(request, Status.NOT_AVAILABLE, f"Redis unreachable: {exc}"))
+            if self._closed:
+                raise ClientClosedError("the client is closed") from None
+            raise
         return future
 
     def call(
@@ -285,24 +312,33 @@ class ToolClient:
             raise ClientError("function must be a non-empty string")
         if arguments is not None and not isinstance(arguments, (dict, str)):
             raise ClientError("arguments must be a dict, a JSON string or None")
-        if not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
-            raise ClientError("timeout_s must be a positive number of seconds")
+        if (
+            not isinstance(timeout_s, (int, float))
+            or not math.isfinite(timeout_s)
+            or not timeout_s > 0
+        ):
+            raise ClientError("timeout_s must be a positive, finite number of seconds")
+        if tool_call_id is not None and not isinstance(tool_call_id, str):
+            raise ClientError("tool_call_id must be a string")
         try:
             ctx = context if isinstance(context, CallContext) else CallContext(**(context or {}))
         except Exception as exc:
             raise ClientError(f"bad context: {exc}") from exc
         now = time.time()
-        return ToolCallRequest(
-            id=new_call_id(),
-            tool_call_id=tool_call_id,
-            function=function,
-            arguments=arguments,
-            context=ctx,
-            reply_to=self.reply_to,
-            deadline=now + float(timeout_s),
-            timeout_s=float(timeout_s),
-            sent_at=now,
-        )
+        try:
+            return ToolCallRequest(
+                id=new_call_id(),
+                tool_call_id=tool_call_id,
+                function=function,
+                arguments=arguments,
+                context=ctx,
+                reply_to=self.reply_to,
+                deadline=now + float(timeout_s),
+                timeout_s=float(timeout_s),
+                sent_at=now,
+            )
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError
+            raise ClientError(f"bad call: {exc}") from None
 
 
 def _local(request: ToolCallRequest, status: Status, message: str) -> ToolCallResult:
@@ -310,8 +346,14 @@ def _local(request: ToolCallRequest, status: Status, message: str) -> ToolCallRe
 
 
 def _done(future: CallFuture, result: ToolCallResult) -> CallFuture:
-    future.set_result(result)
+    if not future.done():
+        future.set_result(result)
     return future
+
+
+def _never_sent(exc: redis.ConnectionError) -> bool:
+    """True when redis-py failed to connect (the command cannot have reached Redis)."""
+    return "connecting to" in str(exc) or isinstance(exc.__cause__, ConnectionRefusedError)
 
 
 def _arguments_size(arguments: Arguments) -> int:

@@ -16,6 +16,7 @@ from concurrent.futures import Future
 
 import redis
 
+from toolfleet.shared import codec
 from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallRequest, ToolCallResult
 
 __all__ = ["ReplyListener"]
@@ -71,6 +72,8 @@ class ReplyListener:
     def expect(self, request: ToolCallRequest, future: Future[ToolCallResult]) -> None:
         """Register a future to resolve when ``request.id``'s reply comes (or its deadline)."""
         with self._lock:
+            if self._stop.is_set():
+                raise RuntimeError("the reply listener is stopped")
             self._pending[request.id] = (request, future)
             heapq.heappush(self._deadlines, (request.deadline, request.id))
             if self._deadlines[0][1] == request.id:
@@ -99,8 +102,8 @@ class ReplyListener:
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the thread; calls still pending resolve ``timeout`` now, none is dropped."""
-        self._stop.set()
         with self._lock:
+            self._stop.set()
             self._deadline_changed.notify()
         self._thread.join(timeout_s)
         self._timer.join(timeout_s)
@@ -149,7 +152,7 @@ class ReplyListener:
             try:
                 envelope = ReplyEnvelope.decode(data)
             except Exception as exc:  # noqa: BLE001 - a bad reply is logged, not fatal
-                log.error("undecodable reply dropped: %s", str(exc)[:300])
+                self._undecodable(data, exc)
                 continue
             result = envelope.result
             if envelope.type != "result" or result is None:
@@ -160,6 +163,20 @@ class ReplyListener:
                 self.late_replies += 1
                 continue
             _resolve(entry[1], result)
+
+    def _undecodable(self, data: bytes, exc: Exception) -> None:
+        """Resolve ``rejected`` a call whose reply cannot be decoded but names its id."""
+        log.error("undecodable reply: %s", str(exc)[:300])
+        try:
+            loose = codec.loads(data)
+            call_id = loose["result"]["id"]
+        except Exception:  # noqa: BLE001 - nothing to resolve
+            return
+        with self._lock:
+            entry = self._pending.pop(call_id, None) if isinstance(call_id, str) else None
+        if entry is not None:
+            message = f"the worker's reply could not be read: {str(exc)[:200]}"
+            _resolve(entry[1], ToolCallResult.failure(entry[0], Status.REJECTED, message))
 
     def _expire(self) -> None:
         now = time.time()

@@ -9,7 +9,9 @@ orjson and falls back to the standard library for the same cases.
 from __future__ import annotations
 
 import json
+import math
 import re
+import sys
 from typing import Any
 
 import orjson
@@ -50,17 +52,59 @@ def dumps(value: Any) -> bytes:
         lone surrogates are written as ``\\udXXX`` escapes.
 
     Raises:
-        EncodeError: the value holds something that is not JSON.
+        EncodeError: the value holds something that is not JSON, NaN or Infinity (JSON
+            has no such numbers), or is nested too deeply.
     """
     try:
-        return orjson.dumps(value, default=_default)
+        data = orjson.dumps(value, default=_default)
     except (orjson.JSONEncodeError, TypeError):
         pass
+    else:
+        # orjson writes NaN and Infinity as null; refuse them instead of changing the value
+        if b"null" in data and _has_non_finite(value):
+            raise EncodeError("NaN and Infinity are not JSON numbers")
+        return data
     try:
-        text = json.dumps(value, default=_default, separators=(",", ":"), allow_nan=True)
-    except (TypeError, ValueError) as exc:
-        raise EncodeError(str(exc)) from exc
+        text: str = _with_unlimited_digits(
+            json.dumps, value, default=_default, separators=(",", ":"), allow_nan=False
+        )
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise EncodeError(f"{type(exc).__name__}: {str(exc)[:200]}") from None
     return text.encode("ascii")
+
+
+def _has_non_finite(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if depth > 200:
+        return False
+    if isinstance(value, dict):
+        return any(_has_non_finite(v, depth + 1) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_has_non_finite(v, depth + 1) for v in value)
+    return False
+
+
+def _with_unlimited_digits(func: Any, *args: Any, **kwargs: Any) -> Any:
+    """Call ``func``, lifting Python's int/str digit limit if it refuses an integer.
+
+    The limit (4,300 digits by default) is lifted for one retry, then restored.
+    """
+    try:
+        return func(*args, **kwargs)
+    except ValueError as exc:
+        if "digits" not in str(exc):
+            raise
+    previous = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        return func(*args, **kwargs)
+    finally:
+        sys.set_int_max_str_digits(previous)
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def dumps_str(value: Any) -> str:
@@ -89,7 +133,9 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
             first_error = exc
     try:
         text = data if isinstance(data, str) else bytes(data).decode("utf-8", "surrogatepass")
-        return json.loads(text)
+        return _with_unlimited_digits(json.loads, text, parse_constant=_no_constants)
+    except RecursionError:
+        raise DecodeError("the document is nested too deeply") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise DecodeError(_describe(exc, first_error)) from exc
 

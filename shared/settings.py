@@ -24,6 +24,8 @@ class Settings(BaseSettings):
         catalog_cache_s: seconds a producer trusts its cached catalog.
         shutdown_grace_s: seconds a worker process waits for running calls on SIGTERM.
         default_timeout_s: time limit of a tool that states none.
+        redis_timeout_s: seconds a producer waits on one Redis command or connection
+            attempt (bounds how late a call can return when Redis stalls).
         max_arguments_bytes: largest encoded ``arguments`` a producer publishes and a worker
             accepts, bytes; larger ones are answered ``rejected``.
         max_result_bytes: largest encoded result a worker posts, bytes; a larger one
@@ -48,6 +50,7 @@ class Settings(BaseSettings):
     catalog_cache_s: float = Field(default=1.0, ge=0)
     shutdown_grace_s: float = Field(default=30.0, ge=0)
     default_timeout_s: float = Field(default=30.0, gt=0)
+    redis_timeout_s: float = Field(default=2.0, gt=0)
     max_arguments_bytes: int = Field(default=1_048_576, ge=1024)
     max_result_bytes: int = Field(default=1_048_576, ge=1024)
     max_stuck_threads: int = Field(default=16, ge=1)

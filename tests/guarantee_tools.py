@@ -176,3 +176,69 @@ extension = Extension(
     ],
     timeout_s=5.0,
 )
+
+
+# -- argument-policy tools (tests/test_recovery.py) ----------------------------------------
+
+from toolfleet.shared import ExtensionToolError  # noqa: E402 - appended section
+
+
+class GcdArguments(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    a: int = 0
+    b: int = 0
+
+
+class Gcd(Tool):
+    """gcd(a, b); every run INCRs <namespace>:ran:gcd (shows whether the tool ran at all)."""
+
+    name = "gcd"
+    arguments_model = GcdArguments
+
+    def call(self, arguments: GcdArguments, context: ExtensionContext) -> int:
+        _redis().incr(f"{os.environ['TOOLFLEET_NAMESPACE']}:ran:gcd")
+        return math.gcd(arguments.a, arguments.b)
+
+
+class BinomialArguments(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    n: int
+    k: int
+    p: float
+
+
+class Binomial(Tool):
+    """P(X = k) for X ~ Binomial(n, p); three required parameters."""
+
+    name = "binomial"
+    arguments_model = BinomialArguments
+
+    def call(self, arguments: BinomialArguments, context: ExtensionContext) -> float:
+        n, k, p = arguments.n, arguments.k, arguments.p
+        if not (0 <= k <= n <= 1000 and 0.0 <= p <= 1.0):
+            raise ExtensionToolError("need 0 <= k <= n <= 1000 and 0 <= p <= 1")
+        return float(math.comb(n, k) * p**k * (1 - p) ** (n - k))
+
+
+class TotalArguments(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    values: list[float]
+
+
+class Total(Tool):
+    """The sum of an array of numbers (an array parameter)."""
+
+    name = "total"
+    arguments_model = TotalArguments
+
+    def call(self, arguments: TotalArguments, context: ExtensionContext) -> float:
+        try:
+            total = math.fsum(arguments.values)
+        except OverflowError:
+            total = math.inf
+        if not math.isfinite(total):
+            raise ExtensionToolError("the sum is not a finite number")
+        return total
+
+
+extension.tools = [*extension.tools, Gcd, Binomial, Total]

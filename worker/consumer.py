@@ -74,6 +74,24 @@ class WaitingConsumer(_RedisConsumer):
         except redis.ConnectionError as exc:
             raise ConnectionClosed(exc) from None  # type: ignore[no-untyped-call]
 
+    def close(self) -> None:
+        """Give messages fetched but not yet handed to a worker thread back to the queue.
+
+        Dramatiq's consumer leaves them for its maintenance to find much later.
+        """
+        ids = []
+        for data in self.message_cache:
+            try:
+                ids.append(Message.decode(data).options["redis_message_id"])
+            except Exception:  # noqa: BLE001, S112 - undecodable: maintenance handles it
+                continue
+        self.message_cache = []
+        if ids:
+            try:
+                self.broker.do_requeue(self.queue_name, *ids)
+            except redis.RedisError as exc:
+                logger.warning("could not requeue %d prefetched messages: %s", len(ids), exc)
+
 
 class FleetRedisBroker(RedisBroker):
     """Dramatiq's ``RedisBroker`` using :class:`WaitingConsumer` for normal queues.

@@ -121,8 +121,34 @@ class EmbeddedRedis:
                 time.sleep(0.02)
         raise ConfigurationError("the embedded redis-server did not start")
 
-    def stop(self) -> None:
-        """Stop the server and remove its directory."""
+    def restart(self, keep_data: bool = False) -> str:
+        """Stop the server and start it again on the same socket path; return its URL.
+
+        Clients connected before see their connections drop and reconnect to the same URL
+        (tests use this to restart Redis under load).
+
+        Args:
+            keep_data: save the data set on the way down and load it on start, like a
+                Redis with persistence; otherwise every key is lost, like a cache-only one.
+
+        Raises:
+            ConfigurationError: the server was not started, or did not come back up.
+        """
+        if self._dir is None:
+            raise ConfigurationError("the embedded redis-server is not running")
+        dump = Path(self._dir) / "dump.rdb"
+        if keep_data and self._process is not None and self._process.poll() is None:
+            try:
+                redis.Redis.from_url(self.url).shutdown(save=True)
+            except redis.RedisError as exc:
+                raise ConfigurationError(f"the embedded redis-server did not save: {exc}") from exc
+        self._terminate()
+        if not keep_data:
+            dump.unlink(missing_ok=True)
+        return self._start()
+
+    def _terminate(self) -> None:
+        """Stop the server process (SIGTERM, then SIGKILL after 5 s)."""
         if self._process is not None and self._process.poll() is None:
             self._process.terminate()
             try:
@@ -131,6 +157,10 @@ class EmbeddedRedis:
                 self._process.kill()
                 self._process.wait()
         self._process = None
+
+    def stop(self) -> None:
+        """Stop the server and remove its directory."""
+        self._terminate()
         if self._dir:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None

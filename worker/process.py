@@ -12,6 +12,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -20,7 +21,7 @@ import dramatiq
 from toolfleet.shared.naming import brokers_key
 from toolfleet.shared.settings import Settings
 from toolfleet.worker.actors import Worker, declare_actors, post_rejection
-from toolfleet.worker.broker import make_broker
+from toolfleet.worker.broker import fleet_middleware, make_broker
 from toolfleet.worker.cancels import CancelListener
 from toolfleet.worker.catalog import CatalogPublisher
 from toolfleet.worker.ledger import Ledger
@@ -36,7 +37,7 @@ log = logging.getLogger("toolfleet.worker.process")
 
 #: Exit status of a process that has nothing to serve or cannot load an extension named on
 #: its command line (the supervisor does not restart it, and exits with it).
-EXIT_NOTHING_TO_SERVE = 3
+EXIT_NOTHING_TO_SERVE = 78  # EX_CONFIG of sysexits.h
 #: Exit status of a process drained because too many tool threads are stuck (restarted).
 EXIT_STUCK = 4
 
@@ -101,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     broker = make_broker(args.redis_url, args.namespace)
     broker.heartbeat_timeout = int(settings.broker_heartbeat_timeout_s * 1000)
     broker.on_poison = lambda queue, data, error: _answer_poison(broker.client, args, data, error)
+    fleet_middleware(broker).reject = lambda raw, why: bool(
+        raw is not None and post_rejection(broker.client, args.reply_ttl_s, raw, why, worker_id)
+    )
     dramatiq.set_broker(broker)
     ledger = Ledger(broker.client, args.namespace, worker_id, args.reply_ttl_s, args.worker_ttl_s)
     toolkit.emit = ledger.post_event
@@ -138,16 +142,25 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+#: Seconds the event loop may stay blocked by an ``async`` tool before the process is
+#: drained and replaced (its other ``async`` calls cannot run meanwhile).
+MAX_LOOP_BLOCK_S = 10.0
+
+
 def _serve_until_stopped(stop: threading.Event, toolkit: Toolkit, max_stuck: int) -> int:
+    blocked_since: float | None = None
     while not stop.wait(1.0):
         stuck = toolkit.runner.stuck_threads
         if stuck > max_stuck:
-            log.error(
-                "%d tool threads are stuck (limit %d); draining for a fresh process",
-                stuck,
-                max_stuck,
-            )
+            log.error("%d tool threads stuck (limit %d); draining", stuck, max_stuck)
             return EXIT_STUCK
+        if toolkit.runner.loop_lag_s(timeout_s=0.5) >= 0.5:
+            blocked_since = blocked_since or time.monotonic()
+            if time.monotonic() - blocked_since > MAX_LOOP_BLOCK_S:
+                log.error("an async tool blocks the event loop; draining for a fresh process")
+                return EXIT_STUCK
+        else:
+            blocked_since = None
     return 0
 
 

@@ -26,7 +26,11 @@ __all__ = ["Supervisor", "WorkerOptions"]
 
 log = logging.getLogger("toolfleet.worker.supervisor")
 
-EXIT_NOTHING_TO_SERVE = 3
+#: A process exiting with this status soon after start cannot serve (bad configuration, an
+#: extension named on its command line failed): the supervisor stops instead of
+#: restarting it forever. Any other exit, or this one later in life, is restarted.
+EXIT_NOTHING_TO_SERVE = 78
+CONFIG_EXIT_WINDOW_S = 60.0
 
 
 @dataclass
@@ -124,7 +128,7 @@ class Supervisor:
         self._stop.set()
 
     def run(self, install_signals: bool = True) -> int:
-        """Supervise until stopped; return 0, or 3 when no process had anything to serve."""
+        """Supervise until stopped; return 0, or 78 when a process could not start serving."""
         if install_signals:
             self._install_signal_handlers()
         for slot in self.slots:
@@ -135,7 +139,8 @@ class Supervisor:
                 code = slot.process.poll() if slot.process else None
                 if code is None:
                     continue
-                if code == EXIT_NOTHING_TO_SERVE:
+                young = time.monotonic() - slot.started_at < CONFIG_EXIT_WINDOW_S
+                if code == EXIT_NOTHING_TO_SERVE and young:
                     nothing_to_serve = True
                     self._stop.set()
                     break
@@ -170,6 +175,13 @@ class Supervisor:
 
     def _drain(self) -> None:
         live = [s.process for s in self.slots if s.process and s.process.poll() is None]
+        try:
+            self._drain_processes(live)
+        finally:
+            for process in live:  # anything a process left unacknowledged goes back
+                self._recover(process.pid)
+
+    def _drain_processes(self, live: list[subprocess.Popen[bytes]]) -> None:
         for process in live:
             process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + self.options.shutdown_grace_s + 5.0

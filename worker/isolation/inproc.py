@@ -21,7 +21,11 @@ from typing import Any
 
 from toolfleet.worker.isolation.base import CallHandle, Outcome, wait_first
 
-__all__ = ["InProcessRunner"]
+__all__ = ["InProcessRunner", "ToolExit"]
+
+#: Seconds past the limit the worker thread waits for an ``async`` tool's cancellation to
+#: land; a tool that blocks the event loop is answered ``timeout`` then anyway.
+LOOP_MARGIN_S = 0.1
 
 
 class InProcessRunner:
@@ -31,6 +35,7 @@ class InProcessRunner:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
         self._abandoned: list[threading.Thread] = []
+        self._loop_started = False
         self.abandoned_total = 0
 
     @property
@@ -51,6 +56,8 @@ class InProcessRunner:
                 return
             try:
                 future.set_result(func())
+            except (SystemExit, KeyboardInterrupt) as exc:
+                future.set_exception(ToolExit(f"the tool raised {type(exc).__name__}"))
             except BaseException as exc:  # noqa: BLE001 - handed to the caller
                 future.set_exception(exc)
 
@@ -81,7 +88,7 @@ class InProcessRunner:
         future = asyncio.run_coroutine_threadsafe(_with_limit(make_coro, limit_s), loop)
         if handle is not None:
             handle.on_cancel(future.cancel)
-        how = wait_first(future, handle, limit_s + 1.0)
+        how = wait_first(future, handle, limit_s + LOOP_MARGIN_S)
         elapsed = time.monotonic() - started
         if how == "canceled" or (how == "done" and future.cancelled()):
             return Outcome(canceled=True, run_s=elapsed)
@@ -96,6 +103,8 @@ class InProcessRunner:
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
+            if self._loop is not None and not self._loop.is_running() and self._loop_started:
+                self._loop = None  # the loop thread died; start a new one
             if self._loop is None:
                 loop = asyncio.new_event_loop()
                 thread = threading.Thread(
@@ -103,7 +112,28 @@ class InProcessRunner:
                 )
                 thread.start()
                 self._loop = loop
+                self._loop_started = True
             return self._loop
+
+    def loop_lag_s(self, timeout_s: float = 1.0) -> float:
+        """Seconds the event loop took to run a no-op.
+
+        ``timeout_s`` when it did not run in time (an ``async`` tool is blocking the loop);
+        0.0 when no loop runs.
+        """
+        with self._lock:
+            loop = self._loop
+        if loop is None:
+            return 0.0
+        ran = threading.Event()
+        started = time.monotonic()
+        try:
+            loop.call_soon_threadsafe(ran.set)
+        except RuntimeError:
+            return 0.0
+        if not ran.wait(timeout_s):
+            return timeout_s
+        return time.monotonic() - started
 
     def close(self) -> None:
         """Stop the event-loop thread (running coroutines are abandoned)."""
@@ -113,10 +143,24 @@ class InProcessRunner:
                 self._loop = None
 
 
+class ToolExit(Exception):  # noqa: N818 - names what the tool did
+    """A tool raised ``SystemExit`` or ``KeyboardInterrupt``.
+
+    Contained as an ordinary exception so that it cannot stop the process's event loop.
+    """
+
+
+async def _guarded(make_coro: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+    try:
+        return await make_coro()
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise ToolExit(f"the tool raised {type(exc).__name__}") from None
+
+
 async def _with_limit(
     make_coro: Callable[[], Coroutine[Any, Any, Any]], limit_s: float
 ) -> tuple[bool, Any]:
-    task = asyncio.ensure_future(make_coro())
+    task = asyncio.ensure_future(_guarded(make_coro))
     try:
         done, _ = await asyncio.wait({task}, timeout=max(limit_s, 0.0))
     except asyncio.CancelledError:

@@ -1,0 +1,11 @@
+#!/bin/sh
+# Empty the prometheus-client multiprocess directory, then become the command (exec):
+# the command runs as PID 1 and gets the container's SIGTERM directly.
+# A container restarted inside the same pod keeps its emptyDir; stale files of the dead
+# processes would otherwise be summed into the new ones' metrics.
+set -eu
+if [ -n "${PROMETHEUS_MULTIPROC_DIR:-}" ]; then
+    mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
+    find "$PROMETHEUS_MULTIPROC_DIR" -mindepth 1 -delete
+fi
+exec "$@"

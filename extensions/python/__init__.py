@@ -1,0 +1,109 @@
+"""Built-in extension ``python``: a persistent, sandboxed Python REPL for the model.
+
+One tool, ``run`` (function ``ext_python_run``): it runs the code the model wrote and
+returns ``{"stdout", "stderr", "result", "error"}``, where ``result`` is the ``repr``
+of the last expression's value (as in a REPL) and ``error`` is ``"ExcType: message"``
+followed by a traceback of the model's own code. An exception in the code is an
+``ok`` reply with ``error`` set: the model reads it and fixes its code.
+
+Sandbox (see :class:`PythonToolConfig` for every limit and its default):
+
+- the code runs in a child process of the worker, never in the worker itself: its own
+  process group and session, ``RLIMIT_AS`` (512 MiB), ``RLIMIT_CPU`` (per call and per
+  interpreter), ``RLIMIT_FSIZE``, no core files, stdin on ``/dev/null``;
+- an empty environment: only ``PATH``, ``LANG`` and a few constants (``HOME`` and
+  ``TMPDIR`` in the sandbox directory, thread counts of numeric libraries); nothing
+  of the worker's environment, so none of its secrets;
+- a fresh temporary working directory per interpreter, removed when it stops;
+- at the call's time limit the whole process group is killed with ``SIGKILL``, and the
+  worker answers ``timeout`` on time even for ``while True: pass``;
+- when the worker process exits, its interpreters are killed and their directories
+  removed; when it is killed outright (``SIGKILL``, OOM killer) the kernel kills the
+  interpreters (``PR_SET_PDEATHSIG``), but processes the code started and the
+  directories are left to the container's lifetime;
+- output is captured at the file-descriptor level (``os.system`` and C extensions
+  included), each field clipped to ``max_output_bytes`` with a marker.
+
+This is resource isolation, not a security boundary against hostile code: the child
+runs as the worker's user (unless ``run_as_user`` is set), can read what that user
+can read, including ``/proc/<worker pid>/environ``, and has the network. Run workers
+that serve this tool as a dedicated unprivileged user, in a container without
+secrets it must not see, or set ``run_as_user``.
+
+Sessions. The first call of a conversation (``context.conversation``, keyed together
+with ``context.account``) starts an interpreter; the worker process keeps it, so
+the next call served by *that process* sees the same variables, imports and files.
+Calls of one conversation run one at a time. A worker process keeps at most
+``max_sessions`` interpreters (least recently used stopped first) and stops one idle
+for ``idle_timeout_s``. An interpreter killed at a time limit, one that crashed, and
+one stopped for idleness or room is dropped; the conversation's next call on that
+process gets a fresh one and its ``stderr`` starts with a note saying so and why.
+A call without a conversation gets a throw-away interpreter.
+
+When another worker process serves the next call (any of the fleet's processes may
+take any message from the queue), that process has no interpreter for the
+conversation and starts a fresh one: the earlier state is lost, silently, because
+that process cannot know there was any. The model then meets a ``NameError``, whose
+``error`` adds a hint that the interpreter is fresh, and redefines what it needs; the
+tool's description tells it so up front. State lives in a process (objects, open
+files, threads), not in data that could be shipped to Redis, so moving it between
+workers is not possible in general; deployments that need stickiness can give the
+extension its own queue served by a single worker process.
+"""
+
+from __future__ import annotations
+
+from toolfleet.extensions.python.config import PythonToolConfig
+from toolfleet.extensions.python.tool import (
+    DEFAULT_TIMEOUT_S,
+    Run,
+    RunArguments,
+    RunOutput,
+    describe,
+)
+from toolfleet.shared.tool import Extension
+
+__all__ = ["PythonToolConfig", "Run", "RunArguments", "RunOutput", "extension", "make_extension"]
+
+VERSION = "1.0.0"
+
+
+def make_extension(
+    config: PythonToolConfig | None = None,
+    *,
+    slug: str = "python",
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> Extension:
+    """Build the ``python`` extension with its own limits and session pool.
+
+    ``toolfleet worker --extension mypkg.mod:ATTR`` loads an extension built this way,
+    e.g. ``ATTR = make_extension(PythonToolConfig(memory_bytes=2**30), timeout_s=60)``.
+
+    Args:
+        config: sandbox limits and session policy; defaults when ``None``.
+        slug: the extension's slug (function ``ext_<slug>_run``).
+        timeout_s: wall-clock limit of one call, seconds.
+
+    Returns:
+        An :class:`Extension` whose one tool, ``run``, has its own session pool.
+    """
+    chosen = config or PythonToolConfig()
+
+    class BoundRun(Run):
+        __doc__ = Run.__doc__
+        config = chosen
+        description = describe(chosen, timeout_s)
+
+    BoundRun.timeout_s = timeout_s
+    BoundRun.__name__ = BoundRun.__qualname__ = "Run"
+    return Extension(
+        slug=slug,
+        version=VERSION,
+        description="A persistent, sandboxed Python interpreter per conversation.",
+        tools=[BoundRun],
+        timeout_s=timeout_s,
+    )
+
+
+extension = make_extension()
+"""The default ``python`` extension (entry point ``python``)."""

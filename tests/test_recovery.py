@@ -1,0 +1,603 @@
+"""Recovery guarantees through real workers and real Redis (issue 4, Done-when 3, 5, 6, 7).
+
+A SIGKILLed worker process, bad arguments and poison messages, a Redis restart, and a
+SIGTERM under load: every call gets exactly one terminal reply and no process crashes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import Fleet, start_fleet
+from toolfleet.producer import ToolClient
+from toolfleet.shared import Status, codec
+from toolfleet.shared.naming import actor_name_for, brokers_key, claim_key
+from toolfleet.shared.wire import ReplyEnvelope, ToolCallResult
+
+G = "ext_guarantee_"
+QUEUE = "tools.guarantee"
+GUARANTEE = ["--extension", "guarantee_tools:extension"]
+
+
+# -- helpers ----------------------------------------------------------------------------
+
+
+def _ns(namespace: str, what: str) -> str:
+    return f"{namespace}-{what}-{uuid.uuid4().hex[:6]}"
+
+
+def _record_replies(client: ToolClient) -> dict[str, list[ToolCallResult]]:
+    """Record every terminal reply the client's listener receives, duplicates included."""
+    seen: dict[str, list[ToolCallResult]] = {}
+    listener = client._listener
+    deliver = listener._deliver
+
+    def recording(batch: list[bytes]) -> None:
+        for data in batch:
+            try:
+                envelope = ReplyEnvelope.decode(data)
+            except Exception:  # noqa: BLE001 - the listener logs it; nothing to record
+                continue
+            if envelope.type == "result" and envelope.result is not None:
+                seen.setdefault(envelope.result.id, []).append(envelope.result)
+        deliver(batch)
+
+    listener._deliver = recording  # type: ignore[method-assign]
+    return seen
+
+
+def _track(futures: list[Future[ToolCallResult]]) -> dict[int, float]:
+    """Monotonic time at which each future resolved, by index."""
+    done_at: dict[int, float] = {}
+    for i, future in enumerate(futures):
+        future.add_done_callback(lambda _f, i=i: done_at.setdefault(i, time.monotonic()))
+    return done_at
+
+
+def _wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"not within {timeout_s} s: {what}")
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False)
+    return sorted(int(p) for p in out.stdout.split())
+
+
+def _worker_children(fleet: Fleet) -> list[int]:
+    """The supervisor's worker processes (its direct children)."""
+    return _children(fleet.process.pid)
+
+
+def _assert_no_thread_died(fleet: Fleet) -> None:
+    log = fleet.log()
+    assert "Consumer encountered an unexpected error" not in log, log[-4000:]
+    assert "Exception in thread" not in log, log[-4000:]
+
+
+def _push_raw(r: redis.Redis, namespace: str, body: bytes, queue: str = QUEUE) -> str:
+    """Put ``body`` on the queue as a whole Dramatiq message (as dispatch.lua's enqueue)."""
+    message_id = str(uuid.uuid4())
+    pipe = r.pipeline(transaction=True)
+    pipe.hset(f"{namespace}:{queue}.msgs", message_id, body)
+    pipe.rpush(f"{namespace}:{queue}", message_id)
+    pipe.execute()
+    return message_id
+
+
+def _message(request: Any, message_id: str | None = None, **fields: Any) -> dict[str, Any]:
+    """A Dramatiq message body for the guarantee queue carrying ``request`` as its argument."""
+    body: dict[str, Any] = {
+        "queue_name": QUEUE,
+        "actor_name": actor_name_for(QUEUE),
+        "args": [request],
+        "kwargs": {},
+        "options": {},
+        "message_id": str(uuid.uuid4()),
+        "message_timestamp": int(time.time() * 1000),
+    }
+    body.update(fields)
+    return body
+
+
+def _push_message(r: redis.Redis, namespace: str, body: dict[str, Any]) -> str:
+    """Enqueue a message body, filling in its ``redis_message_id`` like the producer does."""
+    message_id = str(uuid.uuid4())
+    if isinstance(body.get("options"), dict) and "redis_message_id" not in body["options"]:
+        body = {**body, "options": {**body["options"], "redis_message_id": message_id}}
+    pipe = r.pipeline(transaction=True)
+    pipe.hset(f"{namespace}:{QUEUE}.msgs", message_id, json.dumps(body))
+    pipe.rpush(f"{namespace}:{QUEUE}", message_id)
+    pipe.execute()
+    return message_id
+
+
+def _request(reply_to: str, **fields: Any) -> dict[str, Any]:
+    now = time.time()
+    request: dict[str, Any] = {
+        "id": str(uuid.uuid4()),
+        "tool_call_id": "call_0",
+        "function": G + "quick",
+        "arguments": {},
+        "reply_to": reply_to,
+        "deadline": now + 10,
+        "timeout_s": 10.0,
+        "sent_at": now,
+    }
+    request.update(fields)
+    return request
+
+
+def _replies(r: redis.Redis, key: str, want: int, timeout_s: float) -> list[ToolCallResult]:
+    """Pop ``want`` results from reply list ``key`` (fewer if they do not come in time)."""
+    results: list[ToolCallResult] = []
+    deadline = time.monotonic() + timeout_s
+    while len(results) < want and time.monotonic() < deadline:
+        item = r.blpop([key], timeout=max(0.05, min(1.0, deadline - time.monotonic())))
+        if item is not None:
+            envelope = ReplyEnvelope.decode(item[1])
+            if envelope.result is not None:
+                results.append(envelope.result)
+    return results
+
+
+def _dead_lettered(r: redis.Redis, namespace: str, ids: list[str]) -> list[str]:
+    xq = f"{namespace}:{QUEUE}.XQ"
+    return [i for i in ids if r.zscore(xq, i) is not None]
+
+
+# -- Done-when 3: SIGKILL of one worker process with 1,000 calls in flight ---------------
+
+
+def test_sigkill_mid_run_answers_every_call_once_and_never_reruns(
+    redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """1,000 calls in flight, one worker process SIGKILLed mid-run: every call resolves exactly
+    once (ok or crashed, none timeout), no completed non-idempotent call ran twice, and the
+    killed process's calls are answered within seconds (the figure is printed)."""
+    ns = _ns(namespace, "kill")
+    fleet = start_fleet(redis_url, ns, tmp_path / "worker.log", processes=2, threads=8,
+                        extra=GUARANTEE)  # fmt: skip
+    r = redis.Redis.from_url(redis_url)
+    try:
+        with ToolClient(redis_url, namespace=ns) as client:
+            seen = _record_replies(client)
+            keys = [f"{ns}:count:{i}" for i in range(1000)]
+            started = time.monotonic()
+            futures = [
+                client.submit(G + "count", {"key": key, "seconds": 0.02}, timeout_s=60)
+                for key in keys
+            ]
+            done_at = _track(futures)
+            _wait_until(lambda: len(done_at) >= 250, 30, "250 calls answered")
+            victim = _worker_children(fleet)[0]
+            worker_id = f"{socket.gethostname()}:{victim}"
+            broker_id = r.hget(brokers_key(ns), worker_id)
+            assert broker_id is not None
+            # Freeze the victim to read exactly what it holds, then kill it.
+            os.kill(victim, signal.SIGSTOP)
+            time.sleep(0.1)
+            acks = f"{ns}:__acks__.{broker_id.decode()}.{QUEUE}"
+            held_redis_ids = list(r.smembers(acks))
+            bodies = r.hmget(f"{ns}:{QUEUE}.msgs", held_redis_ids) if held_redis_ids else []
+            held = {json.loads(b)["message_id"] for b in bodies if b is not None}
+            os.kill(victim, signal.SIGKILL)
+            killed_at = time.monotonic()
+            results = [f.result(timeout=90) for f in futures]
+            finished = time.monotonic()
+        assert held, "the killed process held no calls: not mid-run"
+        index = {f.call_id: i for i, f in enumerate(futures)}  # type: ignore[attr-defined]
+        statuses = [res.status for res in results]
+        assert set(statuses) <= {Status.OK, Status.CRASHED}, sorted(set(statuses))
+        for i, res in enumerate(results):
+            assert res.id == futures[i].call_id  # type: ignore[attr-defined]
+            replies = seen.get(res.id, [])
+            assert replies, f"call {res.id} resolved without a reply"
+            distinct = {(x.status, codec.dumps(x.content)) for x in replies}
+            assert len(distinct) == 1, f"call {res.id} got different terminal replies: {distinct}"
+        counts = [int(v or 0) for v in r.mget(keys)]
+        for res, count in zip(results, counts, strict=True):
+            if res.status is Status.OK:
+                assert count == 1 and res.content == 1, (res, count)
+            else:
+                assert count <= 1, (res, count)
+        crashed = [res for res in results if res.status is Status.CRASHED]
+        assert crashed, "no call was running on the killed process"
+        assert {res.id for res in crashed} <= held
+        for res in crashed:
+            assert r.get(claim_key(ns, res.id)) == worker_id.encode()
+        recovered_at = max(done_at[index[call_id]] for call_id in held)
+        recovery_s = recovered_at - killed_at
+        print(
+            f"\nSIGKILL recovery: {len(held)} calls held by the killed process "
+            f"({len(crashed)} running → crashed, {len(held) - len(crashed)} prefetched → ok); "
+            f"last of them answered {recovery_s:.2f} s after the kill; "
+            f"all 1,000 answered {finished - started:.2f} s after submit "
+            f"({finished - killed_at:.2f} s after the kill)"
+        )
+        assert recovery_s < 10.0
+        _wait_until(lambda: len(_worker_children(fleet)) == 2, 30, "the process restarted")
+        assert victim not in _worker_children(fleet)
+    finally:
+        fleet.stop()
+        r.close()
+
+
+# -- Done-when 5: the argument policy and poison messages through real workers ------------
+
+
+@pytest.fixture(scope="module")
+def arg_fleet(
+    redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Fleet]:
+    """Two worker processes serving the guarantee tools, for the argument and poison tests."""
+    fleet = start_fleet(
+        redis_url,
+        _ns(namespace, "args"),
+        tmp_path_factory.mktemp("args") / "worker.log",
+        processes=2,
+        threads=4,
+        extra=GUARANTEE,
+    )
+    yield fleet
+    fleet.stop()
+
+
+@pytest.fixture(scope="module")
+def aclient(arg_fleet: Fleet) -> Iterator[ToolClient]:
+    with ToolClient(arg_fleet.redis_url, namespace=arg_fleet.namespace) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def ar(arg_fleet: Fleet) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(arg_fleet.redis_url)
+    yield client
+    client.close()
+
+
+def _error(result: ToolCallResult) -> str:
+    assert result.status is Status.INVALID_ARGUMENTS, result
+    return result.error or ""
+
+
+def test_truncated_json_is_refused_and_the_tool_does_not_run(
+    aclient: ToolClient, ar: redis.Redis, arg_fleet: Fleet
+) -> None:
+    """Truncated JSON answers invalid_arguments saying where parsing stopped; never repaired."""
+    ran = f"{arg_fleet.namespace}:ran:gcd"
+    before = int(ar.get(ran) or 0)
+    message = _error(aclient.call(G + "gcd", '{"a": 450, "b": 3'))
+    assert "not valid JSON" in message and "column" in message
+    assert int(ar.get(ran) or 0) == before
+
+
+def test_trailing_comma_is_refused(aclient: ToolClient) -> None:
+    """A trailing comma answers invalid_arguments."""
+    assert "not valid JSON" in _error(aclient.call(G + "gcd", '{"a": 7,}'))
+
+
+def test_double_encoded_object_is_unwrapped_once(aclient: ToolClient) -> None:
+    """Arguments double-encoded as a JSON string holding the object run normally."""
+    raw = json.dumps(json.dumps({"a": 450, "b": 300}))
+    result = aclient.call(G + "gcd", raw)
+    assert result.status is Status.OK and result.content == 150
+
+
+@pytest.mark.parametrize("values", ["[1, 2.5, 3]", "[]"])
+def test_nested_array_sent_as_string_is_decoded(aclient: ToolClient, values: str) -> None:
+    """A nested array sent as a JSON string where the schema wants an array is decoded."""
+    result = aclient.call(G + "total", {"values": values})
+    assert result.status is Status.OK and result.content == sum(json.loads(values))
+
+
+def test_nested_non_array_string_is_a_clear_error(aclient: ToolClient) -> None:
+    """A string that is not an array where one is wanted names the field, never a TypeError."""
+    assert _error(aclient.call(G + "total", {"values": "1, 2"})).startswith("values: ")
+
+
+@pytest.mark.parametrize("raw", ["", "null", None, "{}", {}])
+def test_empty_forms_run_a_tool_without_parameters(aclient: ToolClient, raw: Any) -> None:
+    """ "", "null", null and "{}" run a tool without parameters."""
+    result = aclient.call(G + "quick", raw)
+    assert result.status is Status.OK and result.content == "quick"
+
+
+@pytest.mark.parametrize("raw", ["null", "[]", "5"])
+def test_non_object_is_refused_for_a_tool_with_parameters(aclient: ToolClient, raw: str) -> None:
+    """ "null", "[]" and "5" for a tool with parameters: "arguments must be a JSON object"."""
+    assert "arguments must be a JSON object" in _error(aclient.call(G + "binomial", raw))
+
+
+def test_numbers_as_strings_are_coerced(aclient: ToolClient) -> None:
+    """Numbers sent as strings are coerced (pydantic lax mode) and the tool runs."""
+    result = aclient.call(G + "binomial", {"n": "20", "k": "5", "p": "0.6"})
+    assert result.status is Status.OK
+    assert result.content == pytest.approx(0.0012944935222876579)
+
+
+def test_uncoercible_value_names_the_field(aclient: ToolClient) -> None:
+    """ "abc" for an integer answers invalid_arguments naming the field."""
+    assert _error(aclient.call(G + "binomial", '{"n": "abc", "k": 1, "p": 0.5}')).startswith("n: ")
+
+
+def test_missing_and_unexpected_arguments_are_named(
+    aclient: ToolClient, ar: redis.Redis, arg_fleet: Fleet
+) -> None:
+    """Missing → "p: field required"; extra → "unexpected argument: verbose"; neither runs."""
+    assert _error(aclient.call(G + "binomial", {"n": 10, "k": 2})) == "p: field required"
+    extra = {"n": 10, "k": 2, "p": 0.5, "verbose": True}
+    assert _error(aclient.call(G + "binomial", extra)) == "unexpected argument: verbose"
+    ran = f"{arg_fleet.namespace}:ran:gcd"
+    before = int(ar.get(ran) or 0)
+    assert _error(aclient.call(G + "gcd", {"a": 1, "verbose": 1})) == "unexpected argument: verbose"
+    assert int(ar.get(ran) or 0) == before
+
+
+# -- Done-when 5: property tests ----------------------------------------------------------
+
+JSON_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20)
+)
+JSON_VALUES = st.recursive(
+    JSON_SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+ARGUMENT_NAMES = st.sampled_from(["a", "b", "n", "k", "p", "values", "key", "verbose"])
+ARGUMENTS = st.one_of(
+    st.none(),
+    st.dictionaries(ARGUMENT_NAMES | st.text(max_size=8), JSON_VALUES, max_size=4),
+    st.text(max_size=60),
+    JSON_VALUES.map(json.dumps),
+    JSON_VALUES.map(lambda v: json.dumps(json.dumps(v))),
+)
+FUNCTIONS = st.sampled_from([G + "quick", G + "gcd", G + "binomial", G + "total"])
+ANSWERED = {Status.OK, Status.INVALID_ARGUMENTS, Status.TOOL_ERROR}
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(calls=st.lists(st.tuples(FUNCTIONS, ARGUMENTS), min_size=1, max_size=4))
+def test_arbitrary_arguments_get_exactly_one_answer(
+    arg_fleet: Fleet, aclient: ToolClient, calls: list[tuple[str, Any]]
+) -> None:
+    """Arbitrary JSON values and strings as arguments: one answer each with a status of the
+    enum (ok, invalid_arguments or the tool's own error); the workers never crash."""
+    futures = [aclient.submit(function, arguments, timeout_s=10) for function, arguments in calls]
+    for future in futures:
+        result = future.result(timeout=15)
+        assert result.status in ANSWERED, result
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(values=st.lists(JSON_VALUES, min_size=1, max_size=4))
+def test_any_json_value_as_arguments_gets_one_reply(
+    arg_fleet: Fleet, ar: redis.Redis, values: list[Any]
+) -> None:
+    """Any JSON value as a request's arguments (arrays and numbers too, sent raw past the
+    producer's checks): exactly one reply per request, with a status of the enum."""
+    reply_to = f"{arg_fleet.namespace}:reply:raw-{uuid.uuid4().hex}"
+    ids = []
+    for value in values:
+        request = _request(reply_to, function=G + "binomial", arguments=value)
+        ids.append(request["id"])
+        _push_message(ar, arg_fleet.namespace, _message(json.dumps(request)))
+    results = _replies(ar, reply_to, len(ids), timeout_s=10)
+    assert sorted(res.id for res in results) == sorted(ids)
+    assert all(isinstance(res.status, Status) for res in results)
+    assert all(res.status is not Status.TIMEOUT for res in results)
+    ar.delete(reply_to)
+
+
+RMID = "\x00redis-message-id\x00"  # replaced by the id the message is stored under
+MESSAGE_FIELDS = st.fixed_dictionaries(
+    {},
+    optional={
+        "queue_name": st.just(QUEUE) | JSON_VALUES,
+        "actor_name": st.just(actor_name_for(QUEUE)) | JSON_VALUES,
+        "args": st.lists(JSON_VALUES, max_size=3) | JSON_VALUES,
+        "kwargs": st.dictionaries(st.text(max_size=6), JSON_VALUES, max_size=2) | JSON_VALUES,
+        "options": JSON_VALUES
+        | st.fixed_dictionaries(
+            {},
+            optional={
+                "redis_message_id": st.just(RMID) | JSON_SCALARS,
+                "eta": JSON_SCALARS,
+                "throws": JSON_VALUES,
+                "notify_shutdown": JSON_SCALARS,
+            },
+        ),
+        "message_id": st.text(max_size=10) | JSON_VALUES,
+        "message_timestamp": JSON_VALUES,
+    },
+)
+POISON = st.one_of(
+    st.binary(max_size=200),
+    st.text(max_size=100).map(lambda t: t.encode("utf-8", "surrogatepass")),
+    JSON_VALUES.map(lambda v: json.dumps(v).encode()),
+    MESSAGE_FIELDS.map(lambda m: json.dumps(m).encode()),
+)
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(bodies=st.lists(POISON, min_size=1, max_size=4))
+def test_poison_messages_are_dead_lettered_and_strand_nothing(
+    arg_fleet: Fleet, aclient: ToolClient, ar: redis.Redis, bodies: list[bytes]
+) -> None:
+    """Arbitrary bytes as whole Dramatiq messages end in the dead-letter set; normal calls
+    sent with them are answered; no worker process or thread dies."""
+    ns = arg_fleet.namespace
+    pids = _worker_children(arg_fleet)
+    ids = []
+    for body in bodies:
+        message_id = str(uuid.uuid4())
+        ids.append(message_id)
+        body = body.replace(json.dumps(RMID).encode(), json.dumps(message_id).encode())
+        pipe = ar.pipeline(transaction=True)
+        pipe.hset(f"{ns}:{QUEUE}.msgs", message_id, body)
+        pipe.rpush(f"{ns}:{QUEUE}", message_id)
+        pipe.execute()
+    normal = [aclient.submit(G + "quick", {}, timeout_s=10) for _ in range(3)]
+    assert [f.result(timeout=15).status for f in normal] == [Status.OK] * 3
+    _wait_until(lambda: len(_dead_lettered(ar, ns, ids)) == len(ids), 5, "poison dead-lettered")
+    assert _worker_children(arg_fleet) == pids
+    _assert_no_thread_died(arg_fleet)
+
+
+def test_malformed_message_with_readable_reply_to_is_answered_rejected(
+    arg_fleet: Fleet, ar: redis.Redis
+) -> None:
+    """A malformed message whose request still shows a reply_to is answered rejected and
+    dead-lettered, whether the request or the Dramatiq envelope around it is broken."""
+    ns = arg_fleet.namespace
+    reply_to = f"{ns}:reply:poison-{uuid.uuid4().hex}"
+    broken_request = _request(reply_to, deadline="tomorrow")  # not a ToolCallRequest
+    no_actor = _request(reply_to)  # fine, inside an envelope Dramatiq cannot decode
+    body = _message(json.dumps(no_actor))
+    del body["actor_name"]
+    bad_options = _request(reply_to)  # fine, inside an envelope with unusable options
+    ids = [
+        _push_message(ar, ns, _message(json.dumps(broken_request))),
+        _push_message(ar, ns, body),
+        _push_message(ar, ns, _message(json.dumps(bad_options), options=[])),
+    ]
+    results = _replies(ar, reply_to, 3, timeout_s=10)
+    assert sorted(res.id for res in results) == sorted(
+        [broken_request["id"], no_actor["id"], bad_options["id"]]
+    )
+    assert {res.status for res in results} == {Status.REJECTED}
+    _wait_until(lambda: len(_dead_lettered(ar, ns, ids)) == 3, 5, "dead-lettered")
+    _assert_no_thread_died(arg_fleet)
+    ar.delete(reply_to)
+
+
+# -- Done-when 6: Redis restarted with 500 calls in flight --------------------------------
+
+
+@pytest.mark.parametrize("keep_data", [False, True], ids=["data-lost", "data-kept"])
+def test_redis_restart_under_load(tmp_path: Path, keep_data: bool) -> None:
+    """Redis restarted under 500 calls in flight: no worker or supervisor process dies, every
+    call is answered or resolved timeout by its deadline, and new calls succeed soon after."""
+    from toolfleet.worker.embedded import EmbeddedRedis
+
+    with EmbeddedRedis() as server:
+        ns = f"tfrestart-{uuid.uuid4().hex[:6]}"
+        fleet = start_fleet(server.url, ns, tmp_path / "worker.log", processes=2, threads=4,
+                            extra=GUARANTEE)  # fmt: skip
+        try:
+            pids = _worker_children(fleet)
+            with ToolClient(server.url, namespace=ns) as client:
+                timeout_s = 8.0
+                submitted = time.monotonic()
+                futures = [
+                    client.submit(G + "sleep", {"seconds": 0.05}, timeout_s=timeout_s)
+                    for _ in range(500)
+                ]
+                done_at = _track(futures)
+                _wait_until(lambda: len(done_at) >= 100, 20, "100 calls answered")
+                server.restart(keep_data=keep_data)
+                restarted_at = time.monotonic()
+                results = [f.result(timeout=timeout_s + 5) for f in futures]
+                last = max(done_at.values())
+                statuses = {s: sum(r.status is s for r in results) for s in Status}
+                assert set(r.status for r in results) <= {Status.OK, Status.TIMEOUT}, statuses
+                assert last - submitted <= timeout_s + 0.5
+                # service resumes
+                first_ok = None
+                deadline = time.monotonic() + 20
+                while first_ok is None and time.monotonic() < deadline:
+                    if client.call(G + "quick", {}, timeout_s=2).ok:
+                        first_ok = time.monotonic()
+                    else:
+                        time.sleep(0.1)
+                assert first_ok is not None, fleet.log()[-4000:]
+                batch = [client.submit(G + "quick", {}, timeout_s=5) for _ in range(50)]
+                assert all(f.result().ok for f in batch)
+            print(
+                f"\nRedis restart ({'data kept' if keep_data else 'data lost'}): "
+                f"{statuses[Status.OK]} ok, {statuses[Status.TIMEOUT]} timeout; "
+                f"first new call ok {first_ok - restarted_at:.2f} s after the restart"
+            )
+            assert fleet.process.poll() is None
+            assert _worker_children(fleet) == pids
+            assert "Traceback" not in fleet.log() or "exited with" not in fleet.log()
+        finally:
+            fleet.stop()
+
+
+# -- Done-when 7: SIGTERM under load --------------------------------------------------------
+
+
+def test_sigterm_under_load_answers_every_call(
+    redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """SIGTERM to one of two fleets with 300 calls in flight: every call is answered ok (the
+    stopping fleet drains what it runs and gives prefetched messages back)."""
+    ns = _ns(namespace, "term")
+    fleet_a = start_fleet(redis_url, ns, tmp_path / "a.log", processes=1, threads=4,
+                          extra=GUARANTEE)  # fmt: skip
+    fleet_b = start_fleet(redis_url, ns, tmp_path / "b.log", processes=1, threads=4,
+                          extra=GUARANTEE)  # fmt: skip
+    try:
+        _wait_until(lambda: fleet_b.live_workers() >= 2 and _worker_children(fleet_b), 60,
+                    "both fleets serving")  # fmt: skip
+        a_pids = _worker_children(fleet_a)
+        with ToolClient(redis_url, namespace=ns) as client:
+            futures = [
+                client.submit(G + "sleep", {"seconds": 0.05}, timeout_s=30) for _ in range(300)
+            ]
+            done_at = _track(futures)
+            _wait_until(lambda: len(done_at) >= 50, 30, "50 calls answered")
+            fleet_a.process.send_signal(signal.SIGTERM)
+            results = [f.result(timeout=40) for f in futures]
+        assert fleet_a.process.wait(timeout=30) == 0
+        statuses = {
+            s: sum(r.status is s for r in results)
+            for s in Status
+            if any(r.status is s for r in results)
+        }
+        assert statuses == {Status.OK: 300}, statuses
+        a_ids = {f"{socket.gethostname()}:{pid}" for pid in a_pids}
+        assert any(r.worker in a_ids for r in results), "fleet A answered nothing"
+        assert any(r.worker not in a_ids for r in results), "fleet B answered nothing"
+        assert fleet_b.process.poll() is None
+    finally:
+        fleet_a.stop()
+        fleet_b.stop()
