@@ -3,7 +3,16 @@
 Imports only ``toolfleet.shared`` (never worker code or an extension).
 """
 
-from toolfleet.producer.async_client import AsyncToolClient
-from toolfleet.producer.client import ToolClient
+from toolfleet.producer.async_client import AsyncCallFuture, AsyncToolClient
+from toolfleet.producer.client import CallFuture, ToolClient
+from toolfleet.producer.events import CallEvent
+from toolfleet.producer.stream import TurnStream
 
-__all__ = ["AsyncToolClient", "ToolClient"]
+__all__ = [
+    "AsyncCallFuture",
+    "AsyncToolClient",
+    "CallEvent",
+    "CallFuture",
+    "ToolClient",
+    "TurnStream",
+]

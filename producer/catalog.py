@@ -1,18 +1,32 @@
-"""Read the catalog workers publish: which functions exist, their queue, and liveness."""
+"""Read the catalog workers publish: which functions exist, their queue, and liveness.
+
+One read is two round trips: ``HGETALL`` of the catalog, then one pipeline with the
+switches and, per queue, its live workers (``ZCOUNT`` of heartbeats within the TTL) and
+its length (``HLEN`` of Dramatiq's ``<queue>.msgs``).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
+import redis.asyncio
 
 from toolfleet.shared import codec
-from toolfleet.shared.naming import catalog_key, extension_switch, switches_key, workers_key
+from toolfleet.shared.naming import (
+    catalog_key,
+    extension_switch,
+    queue_msgs_key,
+    switches_key,
+    workers_key,
+)
 
-__all__ = ["Catalog", "CatalogReader"]
+__all__ = ["AsyncCatalogReader", "Catalog", "CatalogReader"]
 
 
 @dataclass(frozen=True)
@@ -24,12 +38,16 @@ class Catalog:
             queue, timeout_s, slug, version, tool).
         live_queues: queues with at least one worker heartbeat within the TTL.
         read_at: ``time.monotonic()`` of the read.
+        switches: switch name -> on.
+        queue_lengths: queue -> messages it held at the read (queued, prefetched or
+            running: ``HLEN`` of its ``.msgs`` hash).
     """
 
     entries: dict[str, dict[str, Any]]
     live_queues: frozenset[str]
     read_at: float
     switches: dict[str, bool] = field(default_factory=dict)
+    queue_lengths: dict[str, int] = field(default_factory=dict)
 
     def is_live(self, function: str) -> bool:
         """True when ``function``'s queue has a live worker."""
@@ -85,17 +103,17 @@ class CatalogReader:
         self._lock = threading.Lock()
         self._snapshot: Catalog | None = None
 
-    def get(self, function: str | None = None) -> Catalog:
+    def get(self, function: str | Iterable[str] | None = None) -> Catalog:
         """A fresh-enough snapshot of the catalog.
 
-        When ``function`` is given and missing or not live in the cached one, read again
-        (at most every ``MISS_REFRESH_S``).
+        When a ``function`` (or any of several) is missing or not live in the cached
+        one, read again (at most every ``MISS_REFRESH_S``).
+
+        Raises:
+            redis.RedisError: Redis unreachable.
         """
         snap = self._snapshot
-        age = time.monotonic() - snap.read_at if snap else float("inf")
-        stale = age > self.cache_s
-        miss = function is not None and snap is not None and not snap.is_live(function)
-        if snap is not None and not stale and not (miss and age > self.MISS_REFRESH_S):
+        if snap is not None and _fresh(snap, function, self.cache_s, self.MISS_REFRESH_S):
             return snap
         # read outside any lock: a slow Redis must not queue every caller behind one read
         fresh = self._read()
@@ -106,26 +124,129 @@ class CatalogReader:
 
     def _read(self) -> Catalog:
         raw = self.client.hgetall(catalog_key(self.namespace))
-        entries: dict[str, dict[str, Any]] = {}
-        for name, data in raw.items():
-            try:
-                entry = codec.loads(data)
-            except codec.DecodeError:
-                continue
-            if isinstance(entry, dict):
-                entries[name.decode() if isinstance(name, bytes) else str(name)] = entry
-        queues = sorted({str(e.get("queue")) for e in entries.values()})
-        since = time.time() - self.worker_ttl_s
+        entries = _entries(raw)
+        queues = _queues(entries)
         pipe = self.client.pipeline(transaction=False)
-        pipe.hgetall(switches_key(self.namespace))
-        for queue in queues:
-            pipe.zcount(workers_key(self.namespace, queue), since, "+inf")
-        raw_switches, *counts = pipe.execute()
-        live = frozenset(q for q, n in zip(queues, counts, strict=True) if n)
-        switches = {
-            (k.decode() if isinstance(k, bytes) else str(k)): v in (b"on", "on", b"1", "1")
-            for k, v in raw_switches.items()
-        }
-        return Catalog(
-            entries=entries, live_queues=live, read_at=time.monotonic(), switches=switches
-        )
+        for command in _status_commands(self.namespace, queues, self.worker_ttl_s):
+            getattr(pipe, command[0])(*command[1:])
+        return _snapshot(entries, queues, pipe.execute())
+
+
+class AsyncCatalogReader:
+    """:class:`CatalogReader` for ``redis.asyncio``; concurrent misses share one read.
+
+    Args:
+        client: asyncio Redis client.
+        namespace: key prefix.
+        cache_s: seconds a snapshot is trusted.
+        worker_ttl_s: a heartbeat older than this does not count as live.
+    """
+
+    MISS_REFRESH_S = CatalogReader.MISS_REFRESH_S
+
+    def __init__(
+        self, client: redis.asyncio.Redis, namespace: str, cache_s: float, worker_ttl_s: float
+    ) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.cache_s = cache_s
+        self.worker_ttl_s = worker_ttl_s
+        self._snapshot: Catalog | None = None
+        self._reading: asyncio.Future[Catalog] | None = None
+
+    async def get(
+        self, function: str | Iterable[str] | None = None, *, wait_s: float | None = None
+    ) -> Catalog:
+        """A fresh-enough snapshot (see :meth:`CatalogReader.get`).
+
+        Args:
+            function: a function name (or several) whose miss forces an early re-read.
+            wait_s: longest wait for a read, seconds (``None``: the socket timeout).
+
+        Raises:
+            redis.RedisError: Redis unreachable, or no answer within ``wait_s``.
+        """
+        snap = self._snapshot
+        if snap is not None and _fresh(snap, function, self.cache_s, self.MISS_REFRESH_S):
+            return snap
+        if self._reading is None:
+            self._reading = asyncio.ensure_future(self._read())
+            self._reading.add_done_callback(self._read_done)
+        try:
+            # shield: a caller canceled while waiting must not cancel the read others share
+            async with asyncio.timeout(None if wait_s is None else max(0.0, wait_s)):
+                return await asyncio.shield(self._reading)
+        except TimeoutError:
+            raise redis.TimeoutError(f"no catalog from Redis within {wait_s:.3g} s") from None
+
+    def _read_done(self, reading: asyncio.Future[Catalog]) -> None:
+        self._reading = None
+        if not reading.cancelled() and reading.exception() is None:
+            fresh = reading.result()
+            if self._snapshot is None or self._snapshot.read_at < fresh.read_at:
+                self._snapshot = fresh
+
+    async def _read(self) -> Catalog:
+        raw = await self.client.hgetall(catalog_key(self.namespace))
+        entries = _entries(raw)
+        queues = _queues(entries)
+        pipe = self.client.pipeline(transaction=False)
+        for command in _status_commands(self.namespace, queues, self.worker_ttl_s):
+            getattr(pipe, command[0])(*command[1:])
+        return _snapshot(entries, queues, await pipe.execute())
+
+
+def _fresh(
+    snap: Catalog, function: str | Iterable[str] | None, cache_s: float, miss_refresh_s: float
+) -> bool:
+    age = time.monotonic() - snap.read_at
+    if age > cache_s:
+        return False
+    if function is None or age <= miss_refresh_s:
+        return True
+    functions = [function] if isinstance(function, str) else function
+    return all(snap.is_live(f) for f in functions)
+
+
+def _entries(raw: dict[Any, Any]) -> dict[str, dict[str, Any]]:
+    entries: dict[str, dict[str, Any]] = {}
+    for name, data in raw.items():
+        try:
+            entry = codec.loads(data)
+        except codec.DecodeError:
+            continue
+        if isinstance(entry, dict):
+            entries[name.decode() if isinstance(name, bytes) else str(name)] = entry
+    return entries
+
+
+def _queues(entries: dict[str, dict[str, Any]]) -> list[str]:
+    return sorted({str(e.get("queue")) for e in entries.values()})
+
+
+def _status_commands(
+    namespace: str, queues: list[str], worker_ttl_s: float
+) -> list[tuple[Any, ...]]:
+    since = time.time() - worker_ttl_s
+    commands: list[tuple[Any, ...]] = [("hgetall", switches_key(namespace))]
+    for queue in queues:
+        commands.append(("zcount", workers_key(namespace, queue), since, "+inf"))
+        commands.append(("hlen", queue_msgs_key(namespace, queue)))
+    return commands
+
+
+def _snapshot(entries: dict[str, dict[str, Any]], queues: list[str], replies: list[Any]) -> Catalog:
+    raw_switches, *counts = replies
+    live = frozenset(q for q, n in zip(queues, counts[0::2], strict=True) if n)
+    lengths = {q: int(n) for q, n in zip(queues, counts[1::2], strict=True)}
+    switches = {
+        (k.decode() if isinstance(k, bytes) else str(k)): v in (b"on", "on", b"1", "1")
+        for k, v in raw_switches.items()
+    }
+    return Catalog(
+        entries=entries,
+        live_queues=live,
+        read_at=time.monotonic(),
+        switches=switches,
+        queue_lengths=lengths,
+    )

@@ -4,37 +4,48 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
+import queue
 import threading
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from types import TracebackType
 from typing import Any
 
 import redis
 
-from toolfleet.producer.catalog import CatalogReader
-from toolfleet.producer.listener import ReplyListener
+from toolfleet.producer._calls import (
+    Arguments,
+    Refusal,
+    admit,
+    build_request,
+    check_timeout,
+    local_result,
+    make_context,
+    never_sent,
+    prepare_turn_call,
+)
+from toolfleet.producer.backpressure import InFlightLimit, QueueLengths, backpressure_error
+from toolfleet.producer.catalog import Catalog, CatalogReader
+from toolfleet.producer.events import CallEvent
+from toolfleet.producer.listener import EventSink, ReplyListener, present
 from toolfleet.producer.publish import Publisher
-from toolfleet.shared import codec
+from toolfleet.producer.stream import TurnState
+from toolfleet.producer.turns import parse_tool_calls
 from toolfleet.shared.errors import ClientClosedError, ClientError, ConfigurationError
 from toolfleet.shared.export import export_tools
 from toolfleet.shared.naming import cancel_channel, cancel_key, reply_key
 from toolfleet.shared.settings import Settings
-from toolfleet.shared.wire import (
-    CallContext,
-    Status,
-    ToolCallRequest,
-    ToolCallResult,
-    new_call_id,
-)
+from toolfleet.shared.wire import CallContext, Status, ToolCallRequest, ToolCallResult
 
 __all__ = ["CallFuture", "ToolClient"]
 
 log = logging.getLogger("toolfleet.producer")
 
-Arguments = dict[str, Any] | str | None
+#: Seconds the event pump of ``dispatch(on_event=...)`` waits past the deadline before
+#: it gives up on events (the calls themselves resolve by the deadline).
+_PUMP_GRACE_S = 1.0
 
 
 class CallFuture(Future[ToolCallResult]):
@@ -49,17 +60,24 @@ class ToolClient:
     """A thread-safe client of the tool fleet.
 
     One reply connection and one listener thread serve every call in flight, however
-    many. ``call``/``submit`` never raise for a wire status: a result with
+    many. ``call``/``submit``/``dispatch`` never raise for a wire status: a result with
     ``status != "ok"`` is returned (use ``result.raise_for_status()``). They raise only
-    for misuse (:class:`ClientError`) or after :meth:`close` (:class:`ClientClosedError`).
+    for misuse (:class:`ClientError`), after :meth:`close` (:class:`ClientClosedError`),
+    or when ``max_in_flight`` calls are in flight for longer than ``submit_timeout_s``
+    (:class:`~toolfleet.shared.errors.BackpressureError`, from ``submit``/``call``).
 
     Args:
         redis_url: Redis URL; ``None`` reads ``TOOLFLEET_REDIS_URL``.
         namespace: key prefix; ``None`` reads ``TOOLFLEET_NAMESPACE`` (default ``toolfleet``).
         settings: a :class:`Settings` object instead of the environment.
+        max_in_flight: most calls this client has published and not yet resolved.
+        submit_timeout_s: seconds ``submit`` blocks for a free slot before it raises
+            :class:`~toolfleet.shared.errors.BackpressureError` (never past the call's
+            own deadline).
 
     Raises:
         ConfigurationError: no Redis URL was given or configured.
+        ClientError: ``max_in_flight`` below 1 or a bad ``submit_timeout_s``.
     """
 
     def __init__(
@@ -68,11 +86,17 @@ class ToolClient:
         *,
         namespace: str | None = None,
         settings: Settings | None = None,
+        max_in_flight: int = 10_000,
+        submit_timeout_s: float = 30.0,
     ) -> None:
         self.settings = settings or Settings.from_env(redis_url=redis_url, namespace=namespace)
         url = redis_url or self.settings.redis_url
         if not url:
             raise ConfigurationError("no Redis URL: pass redis_url= or set TOOLFLEET_REDIS_URL")
+        if not isinstance(max_in_flight, int) or max_in_flight < 1:
+            raise ClientError("max_in_flight must be an integer >= 1")
+        self.submit_timeout_s = check_timeout(submit_timeout_s)
+        self.max_in_flight = max_in_flight
         self.redis_url = url
         self.namespace = namespace or self.settings.namespace
         self.client_id = uuid.uuid4().hex
@@ -87,6 +111,8 @@ class ToolClient:
             self._redis, self.namespace, self.settings.catalog_cache_s, self.settings.worker_ttl_s
         )
         self._publisher = Publisher(self._redis, self.namespace)
+        self._slots = InFlightLimit(max_in_flight)
+        self._lengths = QueueLengths(self.settings.max_queue_length)
         self._listener = ReplyListener(
             self._listener_connection, self.reply_to, on_timeout=self._cancel_in_fleet
         )
@@ -123,55 +149,50 @@ class ToolClient:
 
         Returns:
             A :class:`CallFuture` (a ``Future[ToolCallResult]`` with ``call_id``, the id
-            :meth:`cancel` takes). A function absent from the catalog resolves
-            ``unknown_function`` at once, one without a live worker ``not_available``;
-            nothing is published for either.
+            :meth:`cancel` takes). The producer answers at once, publishing nothing, a
+            function absent from the catalog (``unknown_function``), one without a live
+            worker (``not_available``), arguments over ``max_arguments_bytes`` or a
+            queue at ``max_queue_length`` (``rejected``).
 
         Raises:
             ClientClosedError: the client is closed.
+            BackpressureError: ``max_in_flight`` calls stayed in flight for
+                ``submit_timeout_s`` seconds (or until this call's deadline).
             ClientError: bad arguments to this method.
         """
-        request = self._request(function, arguments, tool_call_id, context, timeout_s)
-        future: CallFuture = CallFuture(request.id)
-        try:
-            size = _arguments_size(arguments)
-        except codec.EncodeError as exc:
-            raise ClientError(f"arguments are not JSON: {exc}") from None
-        if size > self.settings.max_arguments_bytes:
-            message = (
-                f"the arguments are {size} bytes, over the limit of "
-                f"{self.settings.max_arguments_bytes} bytes"
-            )
-            return _done(future, _local(request, Status.REJECTED, message))
+        self._check_open()
+        timeout_s = check_timeout(timeout_s)
+        request = build_request(
+            function,
+            arguments,
+            tool_call_id=tool_call_id,
+            context=make_context(context),
+            timeout_s=timeout_s,
+            reply_to=self.reply_to,
+        )
+        future = CallFuture(request.id)
         try:
             catalog = self._catalog.get(function)
         except redis.RedisError as exc:
-            return _done(future, _local(request, Status.NOT_AVAILABLE, f"Redis unreachable: {exc}"))
-        entry = catalog.entries.get(function)
-        if entry is None:
-            message = f"unknown function {function!r}"
-            return _done(future, _local(request, Status.UNKNOWN_FUNCTION, message))
-        refusal = catalog.refusal(function, request.context.account)
-        if refusal:
-            return _done(future, _local(request, Status.NOT_AVAILABLE, refusal))
+            return _done(
+                future, local_result(request, Status.NOT_AVAILABLE, f"Redis unreachable: {exc}")
+            )
+        admitted = admit(request, catalog, self.settings, self._lengths)
+        if isinstance(admitted, Refusal):
+            return _done(future, local_result(request, admitted.status, admitted.message))
+        if not self._slots.acquire():
+            wait_s = min(self.submit_timeout_s, request.deadline - time.time())
+            if not self._slots.acquire(wait_s):
+                raise backpressure_error(self.max_in_flight, max(0.0, wait_s))
+        self._register(request, future, None)
         try:
-            self._listener.expect(request, future)
-        except RuntimeError:
-            raise ClientClosedError("the client is closed") from None
-        try:
-            self._publisher.publish(str(entry["queue"]), request)
-        except redis.ConnectionError as exc:
-            if _never_sent(exc):
-                self._listener.forget(request.id)
-                message = f"Redis unreachable: {exc}"
-                return _done(future, _local(request, Status.NOT_AVAILABLE, message))
-            # the request may have reached Redis: its reply may still come; the deadline
-            # resolves it otherwise (never report "not sent" for a call that may run)
-            log.warning("publishing call %s may have failed: %s", request.id, exc)
+            self._publisher.publish(admitted, request)
         except redis.RedisError as exc:
-            log.warning("publishing call %s may have failed: %s", request.id, exc)
+            self._publish_failed(request, exc)
         except Exception:
-            self._listener.forget(request.id)
+            self._listener.resolve(
+                request.id, lambda r: local_result(r, Status.REJECTED, "the call was not published")
+            )
             if self._closed:
                 raise ClientClosedError("the client is closed") from None
             raise
@@ -194,6 +215,63 @@ class ToolClient:
             function, arguments, tool_call_id=tool_call_id, context=context, timeout_s=timeout_s
         )
         return future.result()
+
+    def dispatch(
+        self,
+        tool_calls: Any,
+        *,
+        context: CallContext | dict[str, Any] | None = None,
+        timeout_s: float = 30.0,
+        on_event: Callable[[CallEvent], object] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Run every tool call of one model turn; return the answers to append.
+
+        All calls are published at once (one pipeline) under one deadline, ``timeout_s``
+        from now; the method returns when every call resolved, by the deadline at the
+        latest (calls still running then come back ``timeout``).
+
+        Args:
+            tool_calls: an OpenAI Chat Completions completion, assistant message or its
+                ``tool_calls``; an OpenAI Responses response or its ``output`` items; an
+                Anthropic assistant message or its ``content`` blocks. Plain dicts or
+                the ``openai``/``anthropic`` SDK objects (see
+                :mod:`toolfleet.producer.turns`).
+            context: the turn's :class:`CallContext` (or a dict of its fields).
+            timeout_s: the turn's budget, seconds.
+            on_event: called on this thread with each :class:`CallEvent` as it happens
+                (``queued``, ``running``, ``progress``, ``result``); the calls then ask
+                workers for status events. If it raises, the turn's calls still running
+                are canceled and the exception propagates.
+
+        Returns:
+            One message per tool call, in the model's order, in the same format:
+            ``{"role": "tool", "tool_call_id", "content"}`` (Chat Completions),
+            ``{"type": "function_call_output", "call_id", "output"}`` (Responses) or
+            ``{"type": "tool_result", "tool_use_id", "content", "is_error"}``
+            (Anthropic); ``content``/``output`` is the result's JSON text. Every call
+            runs and gets its own message, calls that share a ``tool_call_id`` too
+            (each in its own position). Calls the producer answers itself
+            (``unknown_function``, ``not_available``, ``rejected`` for a malformed call
+            or a full queue, or for want of an in-flight slot within
+            ``submit_timeout_s``) are answered at once.
+
+        Raises:
+            ClientClosedError: the client is closed.
+            ClientError: ``tool_calls`` is none of these formats, or a bad ``context``
+                or ``timeout_s``.
+        """
+        events: queue.SimpleQueue[CallEvent] | None = (
+            None if on_event is None else queue.SimpleQueue()
+        )
+        state, deadline = self._start_turn(
+            tool_calls, context, timeout_s, None if events is None else events.put
+        )
+        if events is not None and on_event is not None:
+            self._pump(state, events, on_event, deadline)
+        for future in state.futures:
+            if future is not None:
+                future.result()  # resolved by the deadline at the latest
+        return state.messages()
 
     def tools(
         self,
@@ -221,7 +299,9 @@ class ToolClient:
             for name, e in sorted(catalog.entries.items())
             if include_unavailable or not catalog.refusal(name, account)
         ]
-        return export_tools(entries, format)
+        tools = export_tools(entries, format)
+        present([str(e.get("name")) for e in entries], account, format)
+        return tools
 
     def cancel(self, call_id: str) -> bool:
         """Cancel a call made by this client.
@@ -269,10 +349,10 @@ class ToolClient:
     # -- lifecycle -----------------------------------------------------------
 
     def close(self, *, wait: bool = True) -> None:
-        """Stop the client; idempotent.
+        """Stop the client; idempotent. No call is left unresolved.
 
         With ``wait``, calls in flight resolve first (each by its deadline at the
-        latest); without, they resolve ``timeout`` now.
+        latest); without, they resolve ``timeout`` now ("the client was closed").
         """
         with self._close_lock:
             if self._closed:
@@ -298,67 +378,139 @@ class ToolClient:
 
     # -- helpers ---------------------------------------------------------------
 
-    def _request(
-        self,
-        function: str,
-        arguments: Arguments,
-        tool_call_id: str | None,
-        context: CallContext | dict[str, Any] | None,
-        timeout_s: float,
-    ) -> ToolCallRequest:
+    def _check_open(self) -> None:
         if self._closed:
             raise ClientClosedError("the client is closed")
-        if not isinstance(function, str) or not function:
-            raise ClientError("function must be a non-empty string")
-        if arguments is not None and not isinstance(arguments, (dict, str)):
-            raise ClientError("arguments must be a dict, a JSON string or None")
-        if (
-            not isinstance(timeout_s, (int, float))
-            or not math.isfinite(timeout_s)
-            or not timeout_s > 0
-        ):
-            raise ClientError("timeout_s must be a positive, finite number of seconds")
-        if tool_call_id is not None and not isinstance(tool_call_id, str):
-            raise ClientError("tool_call_id must be a string")
+
+    def _register(
+        self, request: ToolCallRequest, future: CallFuture, on_event: EventSink | None
+    ) -> None:
+        """Expect ``request``'s reply; the slot it holds is given back when it resolves."""
+        future.add_done_callback(self._slots.release)
         try:
-            ctx = context if isinstance(context, CallContext) else CallContext(**(context or {}))
-        except Exception as exc:
-            raise ClientError(f"bad context: {exc}") from exc
-        now = time.time()
-        try:
-            return ToolCallRequest(
-                id=new_call_id(),
-                tool_call_id=tool_call_id,
-                function=function,
-                arguments=arguments,
+            self._listener.expect(request, future, on_event)
+        except RuntimeError:
+            _done(future, local_result(request, Status.REJECTED, "the client is closed"))
+            raise ClientClosedError("the client is closed") from None
+
+    def _publish_failed(self, request: ToolCallRequest, exc: redis.RedisError) -> None:
+        """Resolve a call whose publish failed, unless it may have reached Redis."""
+        if never_sent(exc):
+            message = f"Redis unreachable: {exc}"
+            status = Status.NOT_AVAILABLE
+        elif isinstance(exc, redis.ResponseError):
+            message = f"Redis refused the call: {exc}"
+            status = Status.REJECTED
+        else:
+            # the request may have reached Redis: its reply may still come; the deadline
+            # resolves it otherwise (never report "not sent" for a call that may run)
+            log.warning("publishing call %s may have failed: %s", request.id, exc)
+            return
+        self._listener.resolve(request.id, lambda r: local_result(r, status, message))
+
+    def _start_turn(
+        self,
+        tool_calls: Any,
+        context: CallContext | dict[str, Any] | None,
+        timeout_s: float,
+        emit: Callable[[CallEvent], None] | None,
+    ) -> tuple[TurnState, float]:
+        """Parse and publish a turn; return its state and deadline (epoch seconds)."""
+        self._check_open()
+        turn = parse_tool_calls(tool_calls)
+        ctx = make_context(context)
+        timeout_s = check_timeout(timeout_s)
+        deadline = time.time() + timeout_s
+        state = TurnState(turn, emit)
+        catalog: Catalog | None = None
+        unreachable = ""
+        if turn.calls:
+            try:
+                catalog = self._catalog.get([c.function for c in turn.calls if c.function])
+            except redis.RedisError as exc:
+                unreachable = str(exc)
+        batch: list[tuple[int, str, ToolCallRequest]] = []
+        for call in turn.calls:
+            prepared = prepare_turn_call(
+                call,
                 context=ctx,
+                timeout_s=timeout_s,
+                deadline=deadline,
+                events=state.streaming,
                 reply_to=self.reply_to,
-                deadline=now + float(timeout_s),
-                timeout_s=float(timeout_s),
-                sent_at=now,
+                catalog=catalog,
+                unreachable=unreachable,
+                settings=self.settings,
+                lengths=self._lengths,
             )
-        except ValueError as exc:  # pydantic's ValidationError is a ValueError
-            raise ClientError(f"bad call: {exc}") from None
+            if isinstance(prepared, ToolCallResult):
+                state.answer(call.index, prepared)
+                continue
+            queue_name, request = prepared
+            if not self._slots.acquire():
+                self._publish_batch(state, batch)  # what is gathered goes now; then wait
+                batch = []
+                wait_s = min(self.submit_timeout_s, deadline - time.time())
+                if not self._slots.acquire(wait_s):
+                    error = backpressure_error(self.max_in_flight, max(0.0, wait_s))
+                    state.answer(call.index, local_result(request, Status.REJECTED, str(error)))
+                    continue
+            batch.append((call.index, queue_name, request))
+        self._publish_batch(state, batch)
+        return state, deadline
 
+    def _publish_batch(
+        self, state: TurnState, batch: Sequence[tuple[int, str, ToolCallRequest]]
+    ) -> None:
+        """Publish a turn's calls in one pipeline (each holds a slot already)."""
+        sent: list[tuple[int, str, ToolCallRequest, CallFuture]] = []
+        for index, queue_name, request in batch:
+            future = CallFuture(request.id)
+            try:
+                self._register(request, future, state.sink(index))
+            except ClientClosedError:  # closed mid-turn: answered ``rejected``, not sent
+                state.answer(index, future.result())
+                continue
+            sent.append((index, queue_name, request, future))
+        if not sent:
+            return
+        try:
+            outcomes = self._publisher.publish_many([(q, r) for _, q, r, _ in sent])
+        except redis.RedisError as exc:
+            outcomes = [exc] * len(sent)
+        for (index, _, request, future), outcome in zip(sent, outcomes, strict=True):
+            if isinstance(outcome, redis.RedisError):
+                self._publish_failed(request, outcome)
+            if future.done() and outcome is not None:
+                state.answer(index, future.result())  # never published: no ``queued``
+            else:
+                state.published(index, request, future)
 
-def _local(request: ToolCallRequest, status: Status, message: str) -> ToolCallResult:
-    return ToolCallResult.failure(request, status, message, queued_s=0.0)
+    def _pump(
+        self,
+        state: TurnState,
+        events: queue.SimpleQueue[CallEvent],
+        on_event: Callable[[CallEvent], object],
+        deadline: float,
+    ) -> None:
+        """Hand a turn's events to ``on_event`` on this thread until every call resolved."""
+        remaining = len(state.turn.calls)
+        try:
+            while remaining:
+                try:
+                    event = events.get(timeout=max(0.0, deadline - time.time()) + _PUMP_GRACE_S)
+                except queue.Empty:  # pragma: no cover - the deadline thread resolves all
+                    return
+                if event.kind == "result":
+                    remaining -= 1
+                on_event(event)
+        except BaseException:
+            for call_id in state.pending_call_ids():
+                self.cancel(call_id)
+            raise
 
 
 def _done(future: CallFuture, result: ToolCallResult) -> CallFuture:
     if not future.done():
         future.set_result(result)
     return future
-
-
-def _never_sent(exc: redis.ConnectionError) -> bool:
-    """True when redis-py failed to connect (the command cannot have reached Redis)."""
-    return "connecting to" in str(exc) or isinstance(exc.__cause__, ConnectionRefusedError)
-
-
-def _arguments_size(arguments: Arguments) -> int:
-    if arguments is None:
-        return 0
-    if isinstance(arguments, str):
-        return len(arguments.encode("utf-8", "surrogatepass"))
-    return len(codec.dumps(arguments))

@@ -2,7 +2,9 @@
 
 It blocks on the client's reply list (``BLPOP``), drains what else is there in the same
 wake-up, resolves the matching futures by request id, and resolves calls whose deadline
-passed with a ``timeout`` result, so no caller ever waits past its deadline.
+passed with a ``timeout`` result, so no caller ever waits past its deadline. Event
+envelopes (``running``, ``progress``) go to the event sink the call was registered
+with, if any, in the order they were pushed; none comes after the call resolved.
 """
 
 from __future__ import annotations
@@ -17,9 +19,13 @@ from concurrent.futures import Future
 import redis
 
 from toolfleet.shared import codec
-from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallRequest, ToolCallResult
+from toolfleet.shared.signals import tool_presented
+from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallRequest, ToolCallResult, ToolEvent
 
-__all__ = ["ReplyListener"]
+__all__ = ["EventSink", "ReplyListener", "count_late_reply", "observe_call", "present"]
+
+#: Receives the status events of one call (on the listener's thread).
+EventSink = Callable[[ToolEvent], None]
 
 log = logging.getLogger("toolfleet.producer.listener")
 
@@ -27,6 +33,22 @@ log = logging.getLogger("toolfleet.producer.listener")
 DRAIN_BATCH = 500
 #: Longest single blocking wait, seconds (bounds how late close() is noticed).
 MAX_WAIT_S = 1.0
+
+
+class _Pending:
+    """One call waiting for its reply."""
+
+    __slots__ = ("future", "on_event", "request")
+
+    def __init__(
+        self,
+        request: ToolCallRequest,
+        future: Future[ToolCallResult],
+        on_event: EventSink | None,
+    ) -> None:
+        self.request = request
+        self.future = future
+        self.on_event = on_event
 
 
 class ReplyListener:
@@ -53,7 +75,7 @@ class ReplyListener:
         self._connect = connect
         self._on_timeout = on_timeout
         self.key = key
-        self._pending: dict[str, tuple[ToolCallRequest, Future[ToolCallResult]]] = {}
+        self._pending: dict[str, _Pending] = {}
         self._deadlines: list[tuple[float, str]] = []
         self._lock = threading.Lock()
         self._deadline_changed = threading.Condition(self._lock)
@@ -69,12 +91,27 @@ class ReplyListener:
         self._thread.start()
         self._timer.start()
 
-    def expect(self, request: ToolCallRequest, future: Future[ToolCallResult]) -> None:
-        """Register a future to resolve when ``request.id``'s reply comes (or its deadline)."""
+    def expect(
+        self,
+        request: ToolCallRequest,
+        future: Future[ToolCallResult],
+        on_event: EventSink | None = None,
+    ) -> None:
+        """Register a future to resolve when ``request.id``'s reply comes (or its deadline).
+
+        Args:
+            request: the call.
+            future: resolved with its result.
+            on_event: receives its status events until it resolves (exceptions are
+                logged and ignored).
+
+        Raises:
+            RuntimeError: the listener is stopped.
+        """
         with self._lock:
             if self._stop.is_set():
                 raise RuntimeError("the reply listener is stopped")
-            self._pending[request.id] = (request, future)
+            self._pending[request.id] = _Pending(request, future, on_event)
             heapq.heappush(self._deadlines, (request.deadline, request.id))
             if self._deadlines[0][1] == request.id:
                 self._deadline_changed.notify()
@@ -92,7 +129,7 @@ class ReplyListener:
             entry = self._pending.pop(call_id, None)
         if entry is None:
             return False
-        _resolve(entry[1], make_result(entry[0]))
+        _resolve(entry, make_result(entry.request))
         return True
 
     @property
@@ -110,8 +147,9 @@ class ReplyListener:
         with self._lock:
             pending = list(self._pending.values())
             self._pending.clear()
-        for request, future in pending:
-            _resolve(future, _timeout_result(request, "the client was closed before a reply came"))
+        for entry in pending:
+            message = "the client was closed before a reply came"
+            _resolve(entry, _timeout_result(entry.request, message))
 
     def _run(self) -> None:
         client: redis.Redis | None = None
@@ -154,15 +192,31 @@ class ReplyListener:
             except Exception as exc:  # noqa: BLE001 - a bad reply is logged, not fatal
                 self._undecodable(data, exc)
                 continue
+            if envelope.type == "event":
+                self._event(envelope.event)
+                continue
             result = envelope.result
-            if envelope.type != "result" or result is None:
+            if result is None:
                 continue
             with self._lock:
                 entry = self._pending.pop(result.id, None)
             if entry is None:
                 self.late_replies += 1
+                count_late_reply()
                 continue
-            _resolve(entry[1], result)
+            _resolve(entry, result)
+
+    def _event(self, event: ToolEvent | None) -> None:
+        if event is None:
+            return
+        with self._lock:
+            entry = self._pending.get(event.id)
+        if entry is None or entry.on_event is None:
+            return
+        try:
+            entry.on_event(event)
+        except Exception:  # noqa: BLE001 - a sink's failure never stops the listener
+            log.exception("event sink of call %s failed", event.id)
 
     def _undecodable(self, data: bytes, exc: Exception) -> None:
         """Resolve ``rejected`` a call whose reply cannot be decoded but names its id."""
@@ -176,22 +230,23 @@ class ReplyListener:
             entry = self._pending.pop(call_id, None) if isinstance(call_id, str) else None
         if entry is not None:
             message = f"the worker's reply could not be read: {str(exc)[:200]}"
-            _resolve(entry[1], ToolCallResult.failure(entry[0], Status.REJECTED, message))
+            _resolve(entry, ToolCallResult.failure(entry.request, Status.REJECTED, message))
 
     def _expire(self) -> None:
         now = time.time()
-        expired: list[tuple[ToolCallRequest, Future[ToolCallResult]]] = []
+        expired: list[_Pending] = []
         with self._lock:
             while self._deadlines and self._deadlines[0][0] <= now:
                 _, call_id = heapq.heappop(self._deadlines)
                 entry = self._pending.pop(call_id, None)
                 if entry is not None:
                     expired.append(entry)
-        for request, future in expired:
-            _resolve(future, _timeout_result(request, f"no reply within {request.timeout_s:.3g} s"))
+        for entry in expired:
+            request = entry.request
+            _resolve(entry, _timeout_result(request, f"no reply within {request.timeout_s:.3g} s"))
         if expired and self._on_timeout is not None:
             try:
-                self._on_timeout([request.id for request, _ in expired])
+                self._on_timeout([entry.request.id for entry in expired])
             except Exception:  # noqa: BLE001 - canceling is best effort; the caller has its result
                 log.warning("could not cancel timed-out calls", exc_info=True)
 
@@ -200,6 +255,29 @@ def _timeout_result(request: ToolCallRequest, message: str) -> ToolCallResult:
     return ToolCallResult.failure(request, Status.TIMEOUT, message)
 
 
-def _resolve(future: Future[ToolCallResult], result: ToolCallResult) -> None:
-    if not future.done():
-        future.set_result(result)
+def _resolve(entry: _Pending, result: ToolCallResult) -> None:
+    if not entry.future.done():
+        observe_call(entry.request.function, result.status, entry.request.sent_at)
+        entry.future.set_result(result)
+
+
+def present(functions: list[str], account: str | None, format: str) -> None:  # noqa: A002
+    """Fire ``tool_presented`` (a subscriber's failure is logged, never raised)."""
+    try:
+        tool_presented.send("toolfleet", functions=functions, account=account, format=format)
+    except Exception:  # noqa: BLE001 - a hook never breaks tools()
+        log.exception("a tool_presented subscriber failed")
+
+
+def observe_call(function: str, status: str, sent_at: float) -> None:
+    """Record a published call's end-to-end time (``toolfleet_client_call_duration_seconds``)."""
+    from toolfleet.producer import metrics  # lazily: no metric files for a mere import
+
+    metrics.CALL_DURATION.labels(function, str(status)).observe(max(0.0, time.time() - sent_at))
+
+
+def count_late_reply() -> None:
+    """Count a reply that came after its call resolved (``toolfleet_client_late_replies``)."""
+    from toolfleet.producer import metrics
+
+    metrics.LATE_REPLIES.inc()

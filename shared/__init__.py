@@ -1,6 +1,7 @@
 """Code common to producer and worker: wire models, codec, tool protocol, naming, settings."""
 
 from toolfleet.shared.errors import (
+    BackpressureError,
     CanceledError,
     ClientClosedError,
     ClientError,
@@ -32,6 +33,7 @@ __all__ = [
     "ToolCallResult",
     "Settings",
     # errors
+    "BackpressureError",
     "CanceledError",
     "ClientClosedError",
     "ClientError",

@@ -18,10 +18,11 @@ import orjson
 
 __all__ = ["DecodeError", "EncodeError", "dumps", "dumps_str", "loads"]
 
-# orjson decodes integers beyond 64 bits as floats (losing digits); any run of 19 or
-# more digits sends the document to the standard library, which keeps them exact.
-_LONG_DIGITS_BYTES = re.compile(rb"\d{19}")
-_LONG_DIGITS_STR = re.compile(r"\d{19}")
+# orjson decodes integers beyond 64 bits as floats (losing digits); a run of 19 or more
+# digits that is not a fraction sends the document to the standard library, which keeps
+# them exact (the fraction digits of a float like 0.00028014183044433594 do not).
+_LONG_DIGITS_BYTES = re.compile(rb"(?<![.\d])\d{19}")
+_LONG_DIGITS_STR = re.compile(r"(?<![.\d])\d{19}")
 
 
 class DecodeError(ValueError):

@@ -4,7 +4,8 @@ One root, at most two levels below it::
 
     ToolfleetError                     root of everything toolfleet raises
     ├── ClientError                    misuse of a client (closed client, bad method arguments)
-    │   └── ClientClosedError
+    │   ├── ClientClosedError
+    │   └── BackpressureError          too many calls in flight: no slot within submit_timeout_s
     ├── ConfigurationError             bad settings, bad extension or tool definition
     └── ToolCallError                  a non-``ok`` wire status; carries the ToolCallResult
         ├── ExtensionToolError         tool_error        (raised by tool code: the model reads it)
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ERROR_FOR_STATUS",
+    "BackpressureError",
     "CanceledError",
     "ClientClosedError",
     "ClientError",
@@ -57,6 +59,14 @@ class ClientError(ToolfleetError):
 
 class ClientClosedError(ClientError):
     """A call was made on a client after ``close()``."""
+
+
+class BackpressureError(ClientError):
+    """A client already has ``max_in_flight`` calls in flight and none resolved in time.
+
+    Raised by ``submit``/``call`` after waiting ``submit_timeout_s`` seconds for a slot;
+    nothing was published. Slow down, raise the client's ``max_in_flight``, or add workers.
+    """
 
 
 class ConfigurationError(ToolfleetError):

@@ -178,6 +178,7 @@ class Manifest(BaseModel):
         isolation: ``thread`` or ``process``.
         settings, switches, availability, enabled: see their classes.
         tools: per-tool overrides by tool name (see :class:`ToolOptions`).
+        event_payloads: put arguments and results in lifecycle events (default: redacted).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -194,6 +195,7 @@ class Manifest(BaseModel):
     availability: Availability = Field(default_factory=Availability)
     enabled: bool = True
     tools: dict[str, ToolOptions] = Field(default_factory=dict)
+    event_payloads: bool = False
 
     @field_validator("slug")
     @classmethod

@@ -15,6 +15,7 @@ Redis keys (``ns`` is the namespace, default ``toolfleet``)::
     <ns>:outcome:<id>            a call's terminal result (for redelivered messages)
     <ns>:cancel:<id>             a canceled call; <ns>:cancel is the pub/sub channel
     <ns>:brokers                 hash: worker id -> Dramatiq broker id
+    <ns>:events                  stream of lifecycle events (capped)
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ __all__ = [
     "catalog_key",
     "claim_key",
     "default_queue_for",
+    "events_key",
     "extension_errors_key",
     "extension_for",
     "extension_switch",
@@ -168,3 +170,8 @@ def cancel_channel(namespace: str) -> str:
 def brokers_key(namespace: str) -> str:
     """Hash: worker id -> its Dramatiq broker id (to requeue a dead worker's messages)."""
     return f"{namespace}:brokers"
+
+
+def events_key(namespace: str) -> str:
+    """The capped Redis stream of lifecycle events (``tool_requested``, ``tool_responded``)."""
+    return f"{namespace}:events"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -28,12 +30,19 @@ class Settings(BaseSettings):
             attempt (bounds how late a call can return when Redis stalls).
         max_arguments_bytes: largest encoded ``arguments`` a producer publishes and a worker
             accepts, bytes; larger ones are answered ``rejected``.
+        max_queue_length: most messages a queue may hold (queued, prefetched or running)
+            before a producer refuses new calls to it with ``rejected``; read from Redis
+            (``HLEN`` of Dramatiq's ``<queue>.msgs`` hash) with each catalog refresh.
         max_result_bytes: largest encoded result a worker posts, bytes; a larger one
             becomes a ``tool_error`` telling the model to ask for less.
         max_stuck_threads: a worker process whose abandoned (timed-out) tool threads
             still running exceed this is drained and replaced.
         broker_heartbeat_timeout_s: seconds without a heartbeat after which Dramatiq
             hands a worker's unacknowledged messages to others (its default is 60).
+        log_format: worker log records as ``text`` or ``json`` lines.
+        metrics_port: port of the supervisor's Prometheus ``/metrics``; 0 turns it off.
+        health_dir: folder of the worker processes' heartbeat files (``toolfleet health``).
+        health_stale_s: a heartbeat file older than this fails ``toolfleet health --live``.
         extension_paths: folders to load extensions from (``os.pathsep``-separated); each
             folder holding a manifest is one extension, else each sub-folder that does.
         secrets_dir: folder of mounted secret files for extension settings (one file
@@ -52,9 +61,16 @@ class Settings(BaseSettings):
     default_timeout_s: float = Field(default=30.0, gt=0)
     redis_timeout_s: float = Field(default=2.0, gt=0)
     max_arguments_bytes: int = Field(default=1_048_576, ge=1024)
+    max_queue_length: int = Field(default=100_000, ge=1)
     max_result_bytes: int = Field(default=1_048_576, ge=1024)
     max_stuck_threads: int = Field(default=16, ge=1)
     broker_heartbeat_timeout_s: float = Field(default=15.0, gt=1)
+    log_format: Literal["text", "json"] = "text"
+    metrics_port: int = Field(default=9191, ge=0, le=65535)
+    health_dir: Path = Field(
+        default_factory=lambda: Path(tempfile.gettempdir()) / "toolfleet-health"
+    )
+    health_stale_s: float = Field(default=30.0, gt=0)
     extension_paths: str = ""
     secrets_dir: Path | None = None
 

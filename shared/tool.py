@@ -209,6 +209,8 @@ class Extension:
         availability: which accounts may call it.
         enabled: a disabled extension is loaded but serves no calls.
         tool_options: per-tool overrides by tool name (timeout, idempotent, isolation, retry).
+        event_payloads: include arguments and results (secrets scrubbed, truncated) in
+            lifecycle signals and events; off by default (they read ``[redacted]``).
     """
 
     slug: str
@@ -223,6 +225,7 @@ class Extension:
     availability: Availability = field(default_factory=Availability)
     enabled: bool = True
     tool_options: Mapping[str, ToolOptions] = field(default_factory=dict)
+    event_payloads: bool = False
 
     @classmethod
     def from_manifest(cls, manifest: Manifest, tools: Sequence[Any]) -> Extension:
@@ -240,6 +243,7 @@ class Extension:
             availability=manifest.availability,
             enabled=manifest.enabled,
             tool_options=manifest.tools,
+            event_payloads=manifest.event_payloads,
         )
 
     @property

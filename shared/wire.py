@@ -104,7 +104,7 @@ class ToolCallRequest(BaseModel):
 
     def encode(self) -> bytes:
         """Encode for the wire (orjson; exact big integers)."""
-        return codec.dumps(self.model_dump(mode="python", exclude_defaults=False))
+        return codec.dumps(self.model_dump(mode="python", exclude_none=True))
 
     @classmethod
     def decode(cls, data: bytes | str) -> ToolCallRequest:

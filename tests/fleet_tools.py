@@ -124,3 +124,85 @@ class Mark(Tool):
 
 
 extension.tools = [*extension.tools, Mark]
+
+
+class PidSleepArguments(BaseModel):
+    path: str
+    seconds: float
+
+
+class PidSleep(Tool):
+    """Write the worker's pid to a file, then sleep (to find and kill the worker running it)."""
+
+    name = "pid_sleep"
+    arguments_model = PidSleepArguments
+    timeout_s = 30.0
+
+    def call(self, arguments: PidSleepArguments, context: ExtensionContext) -> int:
+        import os
+
+        with open(arguments.path, "w", encoding="utf-8") as f:
+            f.write(str(os.getpid()))
+        time.sleep(arguments.seconds)
+        return os.getpid()
+
+
+class BlockLoop(Tool):
+    """An async tool that blocks its event loop with time.sleep (a bug health checks catch)."""
+
+    name = "block_loop"
+    arguments_model = SleepArguments
+    timeout_s = 30.0
+
+    async def call(self, arguments: SleepArguments, context: ExtensionContext) -> float:
+        time.sleep(arguments.seconds)
+        return arguments.seconds
+
+
+extension.tools = [*extension.tools, PidSleep, BlockLoop]
+
+
+class ProgressArguments(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    steps: int = Field(description="How many steps to take.")
+    pause_s: float = Field(default=0.3, description="Seconds each step takes.")
+
+
+class Progress(Tool):
+    """Count steps, reporting progress after each one."""
+
+    name = "progress"
+    arguments_model = ProgressArguments
+    timeout_s = 20.0
+
+    def call(self, arguments: ProgressArguments, context: ExtensionContext) -> int:
+        for step in range(1, arguments.steps + 1):
+            time.sleep(arguments.pause_s)
+            if context.canceled:
+                raise ExtensionToolError(f"canceled after {step} steps")
+            context.progress(f"step {step} of {arguments.steps}")
+        return arguments.steps
+
+    def running_description(self, arguments: ProgressArguments) -> str:
+        return f"Counting to {arguments.steps}…"
+
+    def completed_description(self, arguments: ProgressArguments, result: Any) -> str:
+        return f"Counted to {result}"
+
+    def canceled_description(self, arguments: ProgressArguments) -> str:
+        return f"Stopped counting to {arguments.steps}"
+
+
+class Slow(Tool):
+    """Sleep asynchronously for up to 30 s (past a turn's deadline), then return the seconds."""
+
+    name = "slow"
+    arguments_model = SleepArguments
+    timeout_s = 30.0
+
+    async def call(self, arguments: SleepArguments, context: ExtensionContext) -> float:
+        await asyncio.sleep(arguments.seconds)
+        return arguments.seconds
+
+
+extension.tools = [*extension.tools, Progress, Slow]

@@ -242,3 +242,13 @@ class Total(Tool):
 
 
 extension.tools = [*extension.tools, Gcd, Binomial, Total]
+
+
+#: The thread and async tools only, on queue ``tools.recovery``: a fleet loading just this
+#: one starts no tool child processes, so it is up in seconds (tests/test_recovery.py).
+recovery_extension = Extension(
+    slug="recovery",
+    version="1.0.0",
+    tools=[Sleep, Quick, Count, Gcd, Binomial, Total],
+    timeout_s=5.0,
+)

@@ -36,6 +36,11 @@ def _processes_matching(marker: str) -> list[str]:
     return [line for line in out.stdout.splitlines() if "pgrep" not in line]
 
 
+def _children(pid: int) -> set[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False)
+    return {int(p) for p in out.stdout.split()}
+
+
 def _redis_server_pids() -> set[int]:
     out = subprocess.run(["pgrep", "redis-server"], capture_output=True, text=True, check=False)
     return {int(p) for p in out.stdout.split()}
@@ -108,20 +113,24 @@ def test_demo_on_embedded_redis_prints_table_and_leaves_nothing_behind() -> None
     namespace = f"tfdemo-{uuid.uuid4().hex[:8]}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
     env["TOOLFLEET_NAMESPACE"] = namespace
-    redis_before = _redis_server_pids()
-    out = subprocess.run(
+    process = subprocess.Popen(
         [toolfleet_command(), "demo"],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
         env=env,
-        timeout=300,
-        check=False,
     )
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "embedded Redis" in out.stdout
-    assert "mismatched" in out.stdout and "31 │" in out.stdout
+    own_redis: set[int] = set()
+    while process.poll() is None:  # note the demo's own redis-server while it runs
+        own_redis |= _redis_server_pids() & _children(process.pid)
+        time.sleep(0.02)
+    stdout = process.stdout.read() if process.stdout else ""
+    assert process.returncode == 0, stdout
+    assert "embedded Redis" in stdout
+    assert "mismatched" in stdout and "31 │" in stdout
+    assert own_redis, "the demo's embedded redis-server was never seen"
     assert _processes_matching(namespace) == []
-    assert _redis_server_pids() <= redis_before
+    assert not own_redis & _redis_server_pids()
 
 
 def test_demo_replays_bfcl_exec_files() -> None:
@@ -156,7 +165,6 @@ def test_demo_stopped_by_a_signal_leaves_nothing_behind(signum: int) -> None:
     namespace = f"tfdemo-{uuid.uuid4().hex[:8]}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
     env["TOOLFLEET_NAMESPACE"] = namespace
-    redis_before = _redis_server_pids()
     slow = Path(__file__).parent / "slow_demo.jsonl"
     process = subprocess.Popen(
         [toolfleet_command(), "demo", str(slow)],
@@ -168,12 +176,14 @@ def test_demo_stopped_by_a_signal_leaves_nothing_behind(signum: int) -> None:
     while time.monotonic() < deadline and len(_processes_matching(namespace)) < 2:
         time.sleep(0.05)
     assert _processes_matching(namespace), "the demo's workers never started"
+    own_redis = _redis_server_pids() & _children(process.pid)
+    assert len(own_redis) == 1, "the demo's embedded redis-server was not found"
     process.send_signal(signum)
     process.wait(timeout=60)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and (
-        _processes_matching(namespace) or _redis_server_pids() - redis_before
+        _processes_matching(namespace) or own_redis & _redis_server_pids()
     ):
         time.sleep(0.1)
     assert _processes_matching(namespace) == []
-    assert _redis_server_pids() <= redis_before
+    assert not own_redis & _redis_server_pids()

@@ -14,6 +14,8 @@ from toolfleet.shared import codec
 from toolfleet.shared.naming import actor_name_for
 from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallRequest, ToolCallResult
 from toolfleet.worker.ledger import Ledger
+from toolfleet.worker.logs import call_scope
+from toolfleet.worker.observe import Observer
 from toolfleet.worker.toolkit import Toolkit
 
 __all__ = ["RejectedMessage", "Worker", "declare_actors"]
@@ -47,6 +49,7 @@ class Worker:
         self.toolkit = toolkit
         self.ledger = ledger
         self.max_arguments_bytes = max_arguments_bytes
+        self.observer = Observer(toolkit)
 
     def handle(self, raw: Any, queue: str) -> None:
         """Answer one message body (the orjson-encoded :class:`ToolCallRequest`).
@@ -62,12 +65,18 @@ class Worker:
         except (codec.DecodeError, ValidationError, codec.EncodeError) as exc:
             self._reject_undecodable(raw, exc)
             raise RejectedMessage(str(exc)[:500]) from None
+        with call_scope(
+            call_id=request.id, function=request.function, traceparent=request.context.traceparent
+        ):
+            self._handle(request, queue)
+
+    def _handle(self, request: ToolCallRequest, queue: str) -> None:
         size = _arguments_size(request)
         if size > self.max_arguments_bytes:
             message = (
                 f"the arguments are {size} bytes, over the limit of {self.max_arguments_bytes}"
             )
-            self._finish(request, self._failure(request, Status.REJECTED, message))
+            self._finish(request, self._failure(request, Status.REJECTED, message), queue)
             return
         claim = self.ledger.claim(request, queue)
         if claim.outcome is not None:
@@ -82,23 +91,40 @@ class Worker:
                 return
             served = self.toolkit.served.get(request.function)
             if served is None or not served.idempotent:
-                self._finish(request, self._failure(request, Status.CRASHED, NOT_RETRIED))
+                self._finish(request, self._failure(request, Status.CRASHED, NOT_RETRIED), queue)
                 return
             log.warning(
                 "call %s: worker %s died; re-running the idempotent tool", request.id, claim.owner
             )
             self.ledger.take_over(request)
         if claim.canceled:
-            self._finish(request, self._failure(request, Status.CANCELED, "the call was canceled"))
+            canceled = self._failure(request, Status.CANCELED, "the call was canceled")
+            self._finish(request, canceled, queue)
             return
-        self._finish(request, self.toolkit.call(request))
+        requested = self.observer.requested(request)
+        try:
+            result = self.toolkit.call(request)
+        except BaseException:
+            self.observer.responded(
+                request, self._failure(request, Status.CRASHED, "worker error"), queue, True
+            )
+            raise
+        self._finish(request, result, queue, requested)
 
     def _failure(self, request: ToolCallRequest, status: Status, message: str) -> ToolCallResult:
         return ToolCallResult.failure(request, status, message, worker=self.toolkit.worker_id)
 
-    def _finish(self, request: ToolCallRequest, result: ToolCallResult) -> None:
+    def _finish(
+        self,
+        request: ToolCallRequest,
+        result: ToolCallResult,
+        queue: str,
+        requested: dict[str, Any] | None = None,
+    ) -> None:
+        responded = self.observer.responded(request, result, queue, requested is not None)
+        events = [e for e in (requested, responded) if e is not None]
         try:
-            self.ledger.finish(request, result)
+            self.ledger.finish(request, result, events)
         except codec.EncodeError as exc:
             log.error("result of %s could not be encoded: %s", request.id, exc)
             fallback = self._failure(
@@ -165,7 +191,7 @@ def declare_actors(
     actors = []
     for queue in sorted(queues):
 
-        def call_tool(raw: Any, _queue: str = queue) -> None:
+        def call_tool(raw: Any, *, _queue: str = queue) -> None:
             worker.handle(raw, _queue)
 
         declare = dramatiq.actor(

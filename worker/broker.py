@@ -56,6 +56,10 @@ class FleetMiddleware(Middleware):
         """Mark a message whose actor raised as failed, so Dramatiq dead-letters it."""
         if exception is None:
             return
+        if isinstance(exception, redis.RedisError):
+            # the request was fine and Redis failed (the ledger retried until the deadline):
+            # not a rejection; the caller resolves it at its deadline
+            return
         if type(exception).__name__ != "RejectedMessage":  # already answered by the actor
             self._reject(message, f"{type(exception).__name__}: {exception}")
         message.fail()

@@ -14,7 +14,7 @@ import redis
 from dramatiq.brokers.redis import RedisBroker
 
 from toolfleet.shared import codec
-from toolfleet.shared.naming import catalog_key, extension_errors_key, workers_key
+from toolfleet.shared.naming import brokers_key, catalog_key, extension_errors_key, workers_key
 from toolfleet.worker.toolkit import Toolkit
 
 __all__ = ["CatalogPublisher"]
@@ -80,6 +80,7 @@ class CatalogPublisher:
             pipe.zremrangebyscore(key, "-inf", now - self.worker_ttl_s * 3)
         if self.broker is not None:
             pipe.zadd(f"{self.namespace}:__heartbeats__", {self.broker.broker_id: int(now * 1000)})
+            pipe.hset(brokers_key(self.namespace), self.toolkit.worker_id, self.broker.broker_id)
         pipe.execute()
         self.toolkit.switches.refresh(self.client)
         self._beats += 1

@@ -27,6 +27,7 @@ from toolfleet.shared.export import FORMATS
 from toolfleet.shared.naming import default_queue_for
 from toolfleet.shared.settings import Settings
 from toolfleet.worker.cli_admin import extensions, switch
+from toolfleet.worker.cli_ops import events, health, top
 from toolfleet.worker.fleet import LocalFleet
 from toolfleet.worker.replay import ReplayReport, load_cases, replay, sample_file
 from toolfleet.worker.supervisor import Supervisor, WorkerOptions
@@ -54,7 +55,7 @@ def _worker_options(settings: Settings, **kwargs: Any) -> WorkerOptions:
         heartbeat_interval_s=settings.heartbeat_interval_s,
         worker_ttl_s=settings.worker_ttl_s,
         shutdown_grace_s=settings.shutdown_grace_s,
-        **kwargs,
+        **{"metrics_port": settings.metrics_port, **kwargs},
     )
 
 
@@ -185,7 +186,9 @@ def demo(
         f"{processes} worker processes, replaying {', '.join(p.name for p in paths)}"
     )
     _exit_cleanly_on_termination()
-    options = _worker_options(settings, processes=processes, threads=threads, log_level="WARNING")
+    options = _worker_options(
+        settings, processes=processes, threads=threads, log_level="WARNING", metrics_port=0
+    )
     fleet = LocalFleet(options, ready_queues=[default_queue_for("bfcl")])
     try:
         with fleet:
@@ -260,6 +263,9 @@ def _delete_namespace(url: str, namespace: str) -> None:
 
 cli.add_command(switch)
 cli.add_command(extensions)
+cli.add_command(top)
+cli.add_command(events)
+cli.add_command(health)
 
 
 def main() -> None:

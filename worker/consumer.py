@@ -8,7 +8,12 @@ the command returns as soon as the list is non-empty), then fetches with Dramati
 own script. Message format, Lua script, acks, heartbeats and dead letters are
 Dramatiq's. A message that does not decode is dead-lettered on its own instead of
 failing the consumer (which would strand the messages fetched with it until Dramatiq
-noticed the worker as dead). This relies on
+noticed the worker as dead). So is one that decodes but that Dramatiq's worker could not
+handle safely (see :func:`unusable`): Dramatiq trusts the message's fields, and a body
+with, say, an unhashable ``message_id`` crashes the consumer thread, a ``queue_name`` of
+another queue or a ``throws`` option that is not an exception class kills the worker
+thread that took it, and an ``eta`` far in the future holds a prefetch slot for good.
+This relies on
 ``dramatiq.brokers.redis._RedisConsumer`` internals of the pinned Dramatiq version;
 ``tests/test_dramatiq_contract.py`` fails when they change.
 """
@@ -27,23 +32,70 @@ from dramatiq.common import dq_name, q_name
 from dramatiq.errors import ConnectionClosed
 from dramatiq.message import Message
 
-__all__ = ["FleetRedisBroker", "WaitingConsumer"]
+__all__ = ["FleetRedisBroker", "WaitingConsumer", "unusable"]
 
 logger = logging.getLogger("toolfleet.worker.consumer")
 
 #: Seconds one blocking wait lasts before the consumer returns to Dramatiq's loop
 #: (acks, heartbeats and shutdown are handled between waits).
 WAIT_S = 1.0
+#: Most messages one fetch takes: a small batch spreads a burst (a turn of parallel calls)
+#: over the worker processes instead of giving it all to the first one awake.
+FETCH_BATCH = 4
+#: Longest an idle consumer goes without running Dramatiq's fetch script, seconds.
+IDLE_FETCH_S = 10.0
 #: Seconds to pause when the prefetch window is full (no Redis call is made).
 FULL_WINDOW_PAUSE_S = 0.002
+#: Seconds between attempts while Redis is unreachable (the last one repeats).
+RECONNECT_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
+#: Seconds an acknowledgement is retried here before Dramatiq's own 5-second retry loop.
+ACK_RETRY_S = 10.0
 
 
 class WaitingConsumer(_RedisConsumer):
-    """Dramatiq's Redis consumer with a blocking wait instead of an idle poll."""
+    """Dramatiq's Redis consumer with a blocking wait instead of an idle poll.
+
+    It also rides out a Redis restart or a dropped connection itself, retrying with a
+    short backoff: Dramatiq's consumer thread would drop this consumer (and the messages
+    it fetched) and build a new one only after 3 s, and its worker threads would retry a
+    failed acknowledgement only every 5 s, so service resumed seconds after Redis did.
+    """
 
     def __init__(self, broker: RedisBroker, queue_name: str, prefetch: int, timeout: int) -> None:
         super().__init__(broker, queue_name, prefetch, timeout)  # type: ignore[no-untyped-call]
         self._queue_key = f"{broker.namespace}:{queue_name}"
+        self._failures = 0
+        self._queue_empty = False
+        self._fetched_at = 0.0
+
+    def _backoff(self, exc: redis.RedisError) -> None:
+        """Wait before the next attempt to reach Redis (logs the first failure of a run)."""
+        if self._failures == 0:
+            logger.warning("Redis unreachable from consumer of %s: %s; retrying",
+                           self.queue_name, exc)  # fmt: skip
+        time.sleep(RECONNECT_BACKOFF_S[min(self._failures, len(RECONNECT_BACKOFF_S) - 1)])
+        self._failures += 1
+
+    def ack(self, message: MessageProxy) -> None:
+        """Acknowledge, retrying for up to ``ACK_RETRY_S`` while Redis is unreachable."""
+        self._settle(super().ack, message)
+
+    def nack(self, message: MessageProxy) -> None:
+        """Dead-letter, retrying for up to ``ACK_RETRY_S`` while Redis is unreachable."""
+        self._settle(super().nack, message)
+
+    def _settle(self, settle: Callable[[MessageProxy], None], message: MessageProxy) -> None:
+        give_up = time.monotonic() + ACK_RETRY_S
+        attempt = 0
+        while True:
+            try:
+                settle(message)
+                return
+            except ConnectionClosed:
+                if time.monotonic() >= give_up:
+                    raise  # Dramatiq's worker thread keeps retrying every 5 s
+                time.sleep(RECONNECT_BACKOFF_S[min(attempt, len(RECONNECT_BACKOFF_S) - 1)])
+                attempt += 1
 
     def __next__(self) -> Any:
         try:
@@ -54,6 +106,9 @@ class WaitingConsumer(_RedisConsumer):
                         continue
                     try:
                         message = Message.decode(data)
+                        problem = unusable(message, self.queue_name)
+                        if problem:
+                            raise ValueError(f"unusable message: {problem}")
                     except Exception as exc:  # noqa: BLE001 - a poison message, not a crash
                         self.broker.handle_poison(self.queue_name, data, exc)
                         continue
@@ -63,16 +118,31 @@ class WaitingConsumer(_RedisConsumer):
                 if self.outstanding_message_count >= self.prefetch:
                     time.sleep(FULL_WINDOW_PAUSE_S)
                     return None
+                if self._queue_empty and time.monotonic() - self._fetched_at < IDLE_FETCH_S:
+                    # the last wait timed out on an empty queue: wait again without a fetch
+                    # (heartbeats come from the catalog thread, so an idle worker costs
+                    # one blocking command per WAIT_S)
+                    self._wait()
+                    return None
                 fetched = self.broker.do_fetch(
-                    self.queue_name, self.prefetch - self.outstanding_message_count
+                    self.queue_name,
+                    min(FETCH_BATCH, self.prefetch - self.outstanding_message_count),
                 )
+                self._fetched_at = time.monotonic()
+                self._failures = 0
                 if fetched:
                     self.message_cache = fetched
                     continue
-                self.broker.client.blmove(self._queue_key, self._queue_key, WAIT_S, "LEFT", "LEFT")
+                self._wait()
                 return None
-        except redis.ConnectionError as exc:
-            raise ConnectionClosed(exc) from None  # type: ignore[no-untyped-call]
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            self._backoff(exc)  # keep the fetched messages; Dramatiq's loop calls again
+            return None
+
+    def _wait(self) -> None:
+        """Block until the queue list is non-empty, for at most ``WAIT_S`` seconds."""
+        moved = self.broker.client.blmove(self._queue_key, self._queue_key, WAIT_S, "LEFT", "LEFT")
+        self._queue_empty = moved is None
 
     def close(self) -> None:
         """Give messages fetched but not yet handed to a worker thread back to the queue.
@@ -91,6 +161,35 @@ class WaitingConsumer(_RedisConsumer):
                 self.broker.do_requeue(self.queue_name, *ids)
             except redis.RedisError as exc:
                 logger.warning("could not requeue %d prefetched messages: %s", len(ids), exc)
+
+
+#: Options Dramatiq acts on that toolfleet's producer never sets (see :func:`unusable`).
+_FORBIDDEN_OPTIONS = ("eta", "throws", "notify_shutdown")
+
+
+def unusable(message: Message[Any], queue_name: str) -> str:
+    """Why Dramatiq's worker cannot safely handle ``message`` from ``queue_name`` ("" if it can).
+
+    Checks what Dramatiq uses without checking: string ``actor_name`` and ``message_id``,
+    a ``queue_name`` equal to the queue it came from, a ``kwargs`` object, an ``options``
+    object holding a string ``redis_message_id`` (to acknowledge it), and none of the
+    options ``eta``, ``throws``, ``notify_shutdown`` on a normal queue (toolfleet's producer
+    never sets them; Dramatiq acts on them).
+    """
+    if not isinstance(message.actor_name, str) or not isinstance(message.message_id, str):
+        return "actor_name and message_id must be strings"
+    if message.queue_name != queue_name:
+        return f"queue_name {str(message.queue_name)[:80]!r} is not {queue_name!r}"
+    if not isinstance(message.kwargs, dict):
+        return "kwargs must be an object"
+    options = message.options
+    if not isinstance(options, dict) or not isinstance(options.get("redis_message_id"), str):
+        return "options must be an object holding a string redis_message_id"
+    if queue_name != dq_name(q_name(queue_name)):
+        forbidden = [name for name in _FORBIDDEN_OPTIONS if name in options]
+        if forbidden:
+            return f"options {', '.join(forbidden)} are not accepted on {queue_name!r}"
+    return ""
 
 
 class FleetRedisBroker(RedisBroker):
@@ -125,7 +224,10 @@ class FleetRedisBroker(RedisBroker):
         except redis.RedisError as exc:
             logger.error("could not dead-letter the message: %s", exc)
         if self.on_poison is not None:
-            self.on_poison(queue_name, data, error)
+            try:
+                self.on_poison(queue_name, data, error)
+            except Exception:  # noqa: BLE001 - answering is best effort; the consumer goes on
+                logger.exception("could not answer the undecodable message")
 
     def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000) -> Any:
         """Create a consumer; delay queues (``.DQ``) keep Dramatiq's polling consumer."""

@@ -20,12 +20,16 @@ import dramatiq
 
 from toolfleet.shared.naming import brokers_key
 from toolfleet.shared.settings import Settings
+from toolfleet.worker import metrics
 from toolfleet.worker.actors import Worker, declare_actors, post_rejection
 from toolfleet.worker.broker import fleet_middleware, make_broker
 from toolfleet.worker.cancels import CancelListener
 from toolfleet.worker.catalog import CatalogPublisher
+from toolfleet.worker.health import write_heartbeat
 from toolfleet.worker.ledger import Ledger
 from toolfleet.worker.loader import load_all
+from toolfleet.worker.logs import configure_logging
+from toolfleet.worker.redaction import Redactor
 from toolfleet.worker.toolkit import Toolkit
 
 if TYPE_CHECKING:
@@ -64,15 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     """Run until SIGTERM/SIGINT or until the supervisor goes away; return the exit status."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
     worker_id = f"{socket.gethostname()}:{os.getpid()}"
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format=f"%(asctime)s %(levelname)s [{worker_id}] %(name)s: %(message)s",
-    )
+    settings = Settings.from_env()
+    redactor = Redactor()
+    configure_logging(args.log_level, settings.log_format, worker_id, redactor)
     stop = threading.Event()
     _install_signal_handlers(stop)
     _watch_parent(stop)
 
-    settings = Settings.from_env()
     toolkit = Toolkit(
         worker_id=worker_id,
         namespace=args.namespace,
@@ -83,10 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     loaded, errors = load_all(
         args.extension, folders=folders, entry_points_too=not args.no_entry_points
     )
+    toolkit.redactor = redactor
     toolkit.errors.update(errors)
     toolkit.add_extensions(loaded)
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(toolkit.redactor.log_filter())
+    for source in toolkit.errors:
+        metrics.EXTENSION_LOAD_ERRORS.labels(source).inc()
     named = [spec for spec in args.extension if spec in toolkit.errors]
     if named:  # an extension named on the command line must load: refuse to start
         for spec in named:
@@ -101,7 +104,12 @@ def main(argv: list[str] | None = None) -> int:
 
     broker = make_broker(args.redis_url, args.namespace)
     broker.heartbeat_timeout = int(settings.broker_heartbeat_timeout_s * 1000)
-    broker.on_poison = lambda queue, data, error: _answer_poison(broker.client, args, data, error)
+
+    def on_poison(queue: str, data: bytes, error: Exception) -> None:
+        metrics.POISON_MESSAGES.labels(queue).inc()
+        _answer_poison(broker.client, args, data, error)
+
+    broker.on_poison = on_poison
     fleet_middleware(broker).reject = lambda raw, why: bool(
         raw is not None and post_rejection(broker.client, args.reply_ttl_s, raw, why, worker_id)
     )
@@ -130,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         sorted(queues),
         args.threads,
     )
-    code = _serve_until_stopped(stop, toolkit, settings.max_stuck_threads)
+    metrics.WORKER_UP.set(1)
+    code = _serve_until_stopped(stop, toolkit, settings)
     log.info("draining (grace %.1f s)", args.shutdown_grace_s)
     publisher.stop()
     worker.stop(timeout=int(args.shutdown_grace_s * 1000))
@@ -147,20 +156,27 @@ def main(argv: list[str] | None = None) -> int:
 MAX_LOOP_BLOCK_S = 10.0
 
 
-def _serve_until_stopped(stop: threading.Event, toolkit: Toolkit, max_stuck: int) -> int:
+def _serve_until_stopped(stop: threading.Event, toolkit: Toolkit, settings: Settings) -> int:
+    """Watch the process's health each second; refresh the heartbeat file while healthy."""
     blocked_since: float | None = None
+    functions = len(toolkit.served)
+    write_heartbeat(settings.health_dir, True, functions)
     while not stop.wait(1.0):
         stuck = toolkit.runner.stuck_threads
-        if stuck > max_stuck:
-            log.error("%d tool threads stuck (limit %d); draining", stuck, max_stuck)
+        metrics.STUCK_THREADS.set(stuck)
+        if stuck > settings.max_stuck_threads:
+            log.error(
+                "%d tool threads stuck (limit %d); draining", stuck, settings.max_stuck_threads
+            )
             return EXIT_STUCK
         if toolkit.runner.loop_lag_s(timeout_s=0.5) >= 0.5:
             blocked_since = blocked_since or time.monotonic()
             if time.monotonic() - blocked_since > MAX_LOOP_BLOCK_S:
                 log.error("an async tool blocks the event loop; draining for a fresh process")
                 return EXIT_STUCK
-        else:
-            blocked_since = None
+            continue  # unhealthy: the heartbeat file goes stale
+        blocked_since = None
+        write_heartbeat(settings.health_dir, True, functions)
     return 0
 
 
@@ -197,11 +213,8 @@ def _answer_poison(client: object, args: argparse.Namespace, data: bytes, error:
         body = codec.loads(data)
     except codec.DecodeError:
         return
-    inner = (
-        body.get("args", [None])[0]
-        if isinstance(body, dict) and isinstance(body.get("args"), list)
-        else None
-    )
+    found = body.get("args") if isinstance(body, dict) else None
+    inner = found[0] if isinstance(found, list) and found else None
     if inner is not None:
         post_rejection(client, args.reply_ttl_s, inner, f"undecodable message: {error}", "")  # type: ignore[arg-type]
 

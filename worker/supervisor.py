@@ -20,6 +20,7 @@ from types import FrameType
 
 import redis
 
+from toolfleet.worker.exposition import mark_dead, prepare_multiprocess_dir, serve_metrics
 from toolfleet.worker.recovery import recover_dead_worker
 
 __all__ = ["Supervisor", "WorkerOptions"]
@@ -47,6 +48,8 @@ class WorkerOptions:
         entry_points: whether to load the ``toolfleet.extensions`` entry points.
         reply_ttl_s, heartbeat_interval_s, worker_ttl_s, shutdown_grace_s: seconds.
         log_level: logging level name of the worker processes.
+        metrics_port: port of ``/metrics`` served by the supervisor; 0 for none.
+        metrics_dir: multiprocess metrics folder when ``PROMETHEUS_MULTIPROC_DIR`` is unset.
     """
 
     redis_url: str
@@ -61,6 +64,8 @@ class WorkerOptions:
     worker_ttl_s: float = 10.0
     shutdown_grace_s: float = 30.0
     log_level: str = "INFO"
+    metrics_port: int = 0
+    metrics_dir: str | None = None
 
     def argv(self, index: int) -> list[str]:
         """The command line of worker process number ``index``."""
@@ -131,6 +136,13 @@ class Supervisor:
         """Supervise until stopped; return 0, or 78 when a process could not start serving."""
         if install_signals:
             self._install_signal_handlers()
+        self.metrics_dir = prepare_multiprocess_dir(self.options.metrics_dir)
+        self.registry = serve_metrics(
+            self.options.metrics_port,
+            self.metrics_dir,
+            self.options.redis_url,
+            self.options.namespace,
+        )
         for slot in self.slots:
             self._start(slot)
         nothing_to_serve = False
@@ -148,6 +160,7 @@ class Supervisor:
                 log.warning("worker process %d (pid %d) exited with %s; restarting",
                             slot.index, pid, code)  # fmt: skip
                 self._recover(pid)
+                mark_dead(pid, self.metrics_dir)
                 self._restart(slot)
         self._drain()
         return EXIT_NOTHING_TO_SERVE if nothing_to_serve else 0

@@ -2,7 +2,8 @@
 
 - ``async`` tools run on the process's event-loop thread; at the limit (or on cancel)
   their task is cancelled.
-- Sync tools (isolation ``thread``) run on a fresh daemon thread; at the limit the caller
+- Sync tools (isolation ``thread``) run on a daemon tool thread (reused when idle); at the
+  limit the caller
   gets ``timeout`` at once and the thread is abandoned: Python cannot interrupt it from
   outside. A canceled thread tool sees ``context.canceled`` become true. Abandoned threads
   still running are counted (:attr:`InProcessRunner.stuck_threads`); a process with too
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import queue
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -22,6 +24,9 @@ from typing import Any
 from toolfleet.worker.isolation.base import CallHandle, Outcome, wait_first
 
 __all__ = ["InProcessRunner", "ToolExit"]
+
+#: Seconds an idle tool thread waits for another call before it exits.
+IDLE_THREAD_S = 60.0
 
 #: Seconds past the limit the worker thread waits for an ``async`` tool's cancellation to
 #: land; a tool that blocks the event loop is answered ``timeout`` then anyway.
@@ -34,47 +39,33 @@ class InProcessRunner:
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
-        self._abandoned: list[threading.Thread] = []
+        self._threads = _ToolThreads()
         self._loop_started = False
         self.abandoned_total = 0
 
     @property
     def stuck_threads(self) -> int:
-        """Abandoned tool threads that are still running."""
-        with self._lock:
-            self._abandoned = [t for t in self._abandoned if t.is_alive()]
-            return len(self._abandoned)
+        """Tool threads still running a call whose caller gave up on it."""
+        return self._threads.stuck
 
     def run_sync(
         self, func: Callable[[], Any], limit_s: float, handle: CallHandle | None = None
     ) -> Outcome:
-        """Run ``func()`` on its own thread; stop waiting at ``limit_s`` s or a cancel."""
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-
-        def target() -> None:
-            if not future.set_running_or_notify_cancel():
-                return
-            try:
-                future.set_result(func())
-            except (SystemExit, KeyboardInterrupt) as exc:
-                future.set_exception(ToolExit(f"the tool raised {type(exc).__name__}"))
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller
-                future.set_exception(exc)
-
+        """Run ``func()`` on a tool thread; stop waiting at ``limit_s`` s or a cancel."""
+        task = _Task(func)
         started = time.monotonic()
-        thread = threading.Thread(target=target, name="toolfleet-tool", daemon=True)
-        thread.start()
-        how = wait_first(future, handle, limit_s)
+        self._threads.submit(task)
+        how = wait_first(task.future, handle, limit_s)
         elapsed = time.monotonic() - started
         if how != "done":
+            self._threads.abandon(task)
             with self._lock:
-                self._abandoned.append(thread)
                 self.abandoned_total += 1
             return Outcome(timed_out=how == "timeout", canceled=how == "canceled", run_s=elapsed)
-        error = future.exception()
+        error = task.future.exception()
         if error is not None:
             return Outcome(error=error, run_s=elapsed)
-        return Outcome(value=future.result(), run_s=elapsed)
+        return Outcome(value=task.future.result(), run_s=elapsed)
 
     def run_async(
         self,
@@ -141,6 +132,79 @@ class InProcessRunner:
             if self._loop is not None:
                 self._loop.call_soon_threadsafe(self._loop.stop)
                 self._loop = None
+
+
+class _Task:
+    """One sync tool call handed to a tool thread."""
+
+    __slots__ = ("abandoned", "func", "future")
+
+    def __init__(self, func: Callable[[], Any]) -> None:
+        self.func = func
+        self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self.abandoned = False
+
+    def run(self) -> None:
+        if not self.future.set_running_or_notify_cancel():
+            return
+        try:
+            self.future.set_result(self.func())
+        except (SystemExit, KeyboardInterrupt) as exc:
+            self.future.set_exception(ToolExit(f"the tool raised {type(exc).__name__}"))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            self.future.set_exception(exc)
+
+
+class _ToolThreads:
+    """Daemon threads for sync tools, reused when idle.
+
+    A call whose caller gave up (time limit, cancel) keeps its thread until the tool
+    returns, if ever; it counts as stuck meanwhile and new calls get other threads.
+    Threads idle for ``IDLE_THREAD_S`` exit.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tasks: queue.SimpleQueue[_Task] = queue.SimpleQueue()
+        self._idle = 0
+        self._stuck: set[int] = set()
+
+    @property
+    def stuck(self) -> int:
+        with self._lock:
+            return len(self._stuck)
+
+    def submit(self, task: _Task) -> None:
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+                self._tasks.put(task)
+                return
+        threading.Thread(
+            target=self._work, args=(task,), name="toolfleet-tool", daemon=True
+        ).start()
+
+    def abandon(self, task: _Task) -> None:
+        with self._lock:
+            task.abandoned = True
+            if not task.future.done():
+                self._stuck.add(id(task))
+
+    def _work(self, task: _Task) -> None:
+        while True:
+            task.run()
+            with self._lock:
+                self._stuck.discard(id(task))
+                self._idle += 1
+            try:
+                task = self._tasks.get(timeout=IDLE_THREAD_S)
+            except queue.Empty:
+                with self._lock:
+                    try:
+                        task = self._tasks.get_nowait()  # handed over as the wait ended
+                    except queue.Empty:
+                        self._idle -= 1
+                        return
 
 
 class ToolExit(Exception):  # noqa: N818 - names what the tool did

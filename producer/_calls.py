@@ -1,0 +1,261 @@
+"""What both clients do before publishing a call: build the request, then admit or refuse it.
+
+A refused call is answered by the producer itself, at once, and nothing is published:
+``rejected`` (arguments over ``max_arguments_bytes``, queue at ``max_queue_length``),
+``unknown_function`` (absent from the catalog) or ``not_available`` (no live worker,
+disabled, switched off, or not for this account).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from toolfleet.producer.backpressure import QueueLengths
+from toolfleet.producer.catalog import Catalog
+from toolfleet.producer.turns import TurnCall
+from toolfleet.shared import codec
+from toolfleet.shared.errors import ClientError
+from toolfleet.shared.settings import Settings
+from toolfleet.shared.wire import CallContext, Status, ToolCallRequest, ToolCallResult, new_call_id
+
+__all__ = [
+    "Arguments",
+    "Refusal",
+    "admit",
+    "arguments_size",
+    "build_request",
+    "check_timeout",
+    "local_result",
+    "make_context",
+    "never_sent",
+    "prepare_turn_call",
+]
+
+#: What ``submit`` accepts as arguments: a JSON object, the model's raw JSON string, none.
+Arguments = dict[str, Any] | str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why the producer answers a call itself instead of publishing it."""
+
+    status: Status
+    message: str
+
+
+def check_timeout(timeout_s: Any) -> float:
+    """``timeout_s`` as a float.
+
+    Raises:
+        ClientError: not a positive, finite number of seconds.
+    """
+    if (
+        isinstance(timeout_s, bool)
+        or not isinstance(timeout_s, (int, float))
+        or not math.isfinite(timeout_s)
+        or not timeout_s > 0
+    ):
+        raise ClientError("timeout_s must be a positive, finite number of seconds")
+    return float(timeout_s)
+
+
+def make_context(context: CallContext | dict[str, Any] | None) -> CallContext:
+    """A :class:`CallContext` from an object, a dict of its fields, or ``None``.
+
+    Raises:
+        ClientError: a field that is not a ``CallContext`` field, or of the wrong type.
+    """
+    if isinstance(context, CallContext):
+        return context
+    if context is not None and not isinstance(context, dict):
+        raise ClientError("context must be a CallContext, a dict of its fields or None")
+    try:
+        return CallContext(**(context or {}))
+    except Exception as exc:
+        raise ClientError(f"bad context: {exc}") from exc
+
+
+def build_request(
+    function: Any,
+    arguments: Any,
+    *,
+    tool_call_id: Any,
+    context: CallContext,
+    timeout_s: float,
+    reply_to: str,
+    deadline: float | None = None,
+    events: bool = False,
+) -> ToolCallRequest:
+    """A new :class:`ToolCallRequest` with a fresh id.
+
+    Args:
+        function: the function name.
+        arguments: a JSON object, the raw JSON string, or ``None``.
+        tool_call_id: the model's id, or ``None``.
+        context: the call's context.
+        timeout_s: the caller's budget, seconds (already checked).
+        reply_to: the client's reply list.
+        deadline: Unix epoch seconds; ``now + timeout_s`` when ``None``.
+        events: ask the worker for ``running``/``progress`` events.
+
+    Raises:
+        ClientError: a bad function name, arguments or tool_call_id.
+    """
+    if not isinstance(function, str) or not function:
+        raise ClientError("function must be a non-empty string")
+    if arguments is not None and not isinstance(arguments, (dict, str)):
+        raise ClientError("arguments must be a dict, a JSON string or None")
+    if tool_call_id is not None and not isinstance(tool_call_id, str):
+        raise ClientError("tool_call_id must be a string")
+    now = time.time()
+    try:
+        return ToolCallRequest(
+            id=new_call_id(),
+            tool_call_id=tool_call_id,
+            function=function,
+            arguments=arguments,
+            context=context,
+            reply_to=reply_to,
+            deadline=now + timeout_s if deadline is None else deadline,
+            timeout_s=timeout_s,
+            sent_at=now,
+            events=events,
+        )
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        raise ClientError(f"bad call: {exc}") from None
+
+
+def arguments_size(arguments: Arguments) -> int:
+    """Bytes the arguments take on the wire.
+
+    Raises:
+        ClientError: a dict that is not JSON (a set, an object, NaN...).
+    """
+    if arguments is None:
+        return 0
+    if isinstance(arguments, str):
+        return len(arguments.encode("utf-8", "surrogatepass"))
+    try:
+        return len(codec.dumps(arguments))
+    except codec.EncodeError as exc:
+        raise ClientError(f"arguments are not JSON: {exc}") from None
+
+
+def admit(
+    request: ToolCallRequest, catalog: Catalog, settings: Settings, lengths: QueueLengths
+) -> str | Refusal:
+    """The queue to publish ``request`` on, or why the producer answers it itself.
+
+    Checks, in order: argument size, a catalog entry, a live worker (and enabled,
+    switched on, available to the account), then room in the queue (which reserves one
+    message of it in ``lengths``).
+
+    Raises:
+        ClientError: arguments that are not JSON.
+    """
+    size = arguments_size(request.arguments)
+    if size > settings.max_arguments_bytes:
+        message = (
+            f"the arguments are {size} bytes, over the limit of "
+            f"{settings.max_arguments_bytes} bytes"
+        )
+        return Refusal(Status.REJECTED, message)
+    entry = catalog.entries.get(request.function)
+    if entry is None:
+        return Refusal(Status.UNKNOWN_FUNCTION, f"unknown function {request.function!r}")
+    refusal = catalog.refusal(request.function, request.context.account)
+    if refusal:
+        return Refusal(Status.NOT_AVAILABLE, refusal)
+    queue = str(entry["queue"])
+    held = lengths.reserve(catalog, queue)
+    if held is not None:
+        message = (
+            f"queue {queue} holds {held} calls, at its limit of {lengths.limit} "
+            "(TOOLFLEET_MAX_QUEUE_LENGTH): the fleet is overloaded, try again later"
+        )
+        return Refusal(Status.REJECTED, message)
+    return queue
+
+
+def local_result(request: ToolCallRequest, status: Status, message: str) -> ToolCallResult:
+    """A result the producer gives itself (nothing was published)."""
+    return ToolCallResult.failure(request, status, message, queued_s=0.0)
+
+
+def never_sent(exc: BaseException) -> bool:
+    """True when redis-py failed to connect (the command cannot have reached Redis)."""
+    if not isinstance(exc, redis.ConnectionError):
+        return False
+    return "connecting to" in str(exc) or isinstance(exc.__cause__, ConnectionRefusedError)
+
+
+def prepare_turn_call(
+    call: TurnCall,
+    *,
+    context: CallContext,
+    timeout_s: float,
+    deadline: float,
+    events: bool,
+    reply_to: str,
+    catalog: Catalog | None,
+    unreachable: str,
+    settings: Settings,
+    lengths: QueueLengths,
+) -> ToolCallResult | tuple[str, ToolCallRequest]:
+    """A turn's call, ready to publish as ``(queue, request)``, or answered at once.
+
+    Args:
+        call: the call.
+        context: the turn's context.
+        timeout_s: the turn's budget, seconds.
+        deadline: the turn's deadline, Unix epoch seconds.
+        events: ask the worker for status events.
+        reply_to: the client's reply list.
+        catalog: the catalog snapshot, ``None`` when Redis was unreachable.
+        unreachable: why Redis was unreachable.
+        settings: the client's settings.
+        lengths: the queue-length accounting.
+    """
+    if call.problem:
+        return ToolCallResult(
+            id=new_call_id(),
+            tool_call_id=call.tool_call_id or None,
+            function=call.function,
+            status=Status.REJECTED,
+            content={"error": f"tool call {call.index} of the turn is malformed: {call.problem}"},
+            queued_s=0.0,
+        )
+    try:
+        request = build_request(
+            call.function,
+            call.arguments,
+            tool_call_id=call.tool_call_id,
+            context=context,
+            timeout_s=timeout_s,
+            reply_to=reply_to,
+            deadline=deadline,
+            events=events,
+        )
+    except ClientError as exc:  # pragma: no cover - turns hands over checked calls
+        return ToolCallResult(
+            id=new_call_id(),
+            tool_call_id=call.tool_call_id or None,
+            function=call.function,
+            status=Status.REJECTED,
+            content={"error": str(exc)},
+            queued_s=0.0,
+        )
+    if catalog is None:
+        return local_result(request, Status.NOT_AVAILABLE, f"Redis unreachable: {unreachable}")
+    try:
+        admitted = admit(request, catalog, settings, lengths)
+    except ClientError as exc:
+        return local_result(request, Status.REJECTED, str(exc))
+    if isinstance(admitted, Refusal):
+        return local_result(request, admitted.status, admitted.message)
+    return admitted, request

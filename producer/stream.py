@@ -1,0 +1,239 @@
+"""The bookkeeping of one dispatched turn, and the async stream of its events.
+
+:class:`TurnState` keeps, per call of a turn, its result or future and puts its
+:class:`~toolfleet.producer.events.CallEvent` s in order: ``queued`` first (held back
+until the publish returned, even when a fast worker's ``running`` came first), then
+``running``/``progress`` as they arrive, ``result`` last and once; nothing after it.
+Both clients use it; events are handed to ``emit`` from whichever thread or task
+produced them, one at a time (a lock orders them).
+
+:class:`TurnStream` is what ``AsyncToolClient.stream`` returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import Future
+from types import TracebackType
+from typing import Any
+
+from toolfleet.producer.events import CallEvent, EventKind
+from toolfleet.producer.turns import Turn, result_message
+from toolfleet.shared.errors import ClientError
+from toolfleet.shared.wire import Status, ToolCallRequest, ToolCallResult, ToolEvent
+
+__all__ = ["TurnState", "TurnStream"]
+
+#: A future of either client: ``concurrent.futures.Future`` or ``asyncio.Future``.
+AnyFuture = Future[ToolCallResult] | asyncio.Future[ToolCallResult]
+
+_NEW, _PUBLISHED, _DONE = 0, 1, 2
+
+
+class TurnState:
+    """Results and event order of one turn's calls.
+
+    Args:
+        turn: the parsed turn.
+        emit: receives each event (``None``: nobody streams; no events are made).
+    """
+
+    def __init__(self, turn: Turn, emit: Callable[[CallEvent], None] | None) -> None:
+        n = len(turn.calls)
+        self.turn = turn
+        self.requests: list[ToolCallRequest | None] = [None] * n
+        self.futures: list[AnyFuture | None] = [None] * n
+        self.results: list[ToolCallResult | None] = [None] * n
+        self._emit = emit
+        self._phase = [_NEW] * n
+        self._held: dict[int, list[ToolEvent]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def streaming(self) -> bool:
+        """True when someone receives the events."""
+        return self._emit is not None
+
+    def answer(self, index: int, result: ToolCallResult) -> None:
+        """Resolve call ``index`` without publishing it (a ``result`` event only)."""
+        self.results[index] = result
+        self._finish(index, result)
+
+    def sink(self, index: int) -> Callable[[ToolEvent], None] | None:
+        """The event sink to register call ``index`` with (``None`` when not streaming)."""
+        if self._emit is None:
+            return None
+        return lambda event: self._worker_event(index, event)
+
+    def published(self, index: int, request: ToolCallRequest, future: AnyFuture) -> None:
+        """Call ``index`` is on its queue: emit ``queued``, then what arrived meanwhile."""
+        self.requests[index] = request
+        self.futures[index] = future
+        with self._lock:
+            if self._phase[index] == _NEW:
+                self._phase[index] = _PUBLISHED
+                self._send("queued", index, time.time())
+                for event in self._held.pop(index, []):
+                    self._send(event.kind, index, event.at, event.description)
+        future.add_done_callback(lambda f: self._finish_future(index, f))
+
+    def pending_call_ids(self) -> list[str]:
+        """Request ids of the calls published and not yet resolved."""
+        return [
+            request.id
+            for request, future in zip(self.requests, self.futures, strict=True)
+            if request is not None and future is not None and not future.done()
+        ]
+
+    def result(self, index: int) -> ToolCallResult:
+        """The result of call ``index`` (it must be resolved)."""
+        local = self.results[index]
+        if local is not None:
+            return local
+        future = self.futures[index]
+        if future is None or not future.done() or future.cancelled():
+            raise ClientError(f"call {index} of the turn has no result yet")
+        return future.result()
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The ready-to-append result messages, in the turn's order (all resolved)."""
+        family = self.turn.family
+        return [result_message(family, call, self.result(call.index)) for call in self.turn.calls]
+
+    # -- internals -----------------------------------------------------------------
+
+    def _worker_event(self, index: int, event: ToolEvent) -> None:
+        with self._lock:
+            phase = self._phase[index]
+            if phase == _NEW:
+                self._held.setdefault(index, []).append(event)
+            elif phase == _PUBLISHED:
+                self._send(event.kind, index, event.at, event.description)
+
+    def _finish_future(self, index: int, future: AnyFuture) -> None:
+        if future.cancelled():  # the caller gave up on it; the client cancels it in the fleet
+            request = self.requests[index]
+            if request is None:  # pragma: no cover - published calls have their request
+                return
+            result = ToolCallResult.failure(request, Status.CANCELED, "the call was canceled")
+            self.results[index] = result
+            self._finish(index, result)
+            return
+        self._finish(index, future.result())
+
+    def _finish(self, index: int, result: ToolCallResult) -> None:
+        with self._lock:
+            if self._phase[index] == _DONE:
+                return
+            self._phase[index] = _DONE
+            self._held.pop(index, None)
+            if self._emit is not None:
+                call = self.turn.calls[index]
+                message = result_message(self.turn.family, call, result)
+                self._send(
+                    "result", index, time.time(), result.description, result, message, result.id
+                )
+
+    def _send(
+        self,
+        kind: EventKind,
+        index: int,
+        at: float,
+        description: str | None = None,
+        result: ToolCallResult | None = None,
+        message: dict[str, Any] | None = None,
+        call_id: str | None = None,
+    ) -> None:
+        if self._emit is None:
+            return
+        call = self.turn.calls[index]
+        request = self.requests[index]
+        self._emit(
+            CallEvent(
+                kind=kind,
+                index=index,
+                call_id=call_id or (request.id if request is not None else ""),
+                tool_call_id=call.tool_call_id,
+                function=call.function,
+                at=at,
+                received_at=time.time(),
+                description=description,
+                result=result,
+                message=message,
+            )
+        )
+
+
+class TurnStream:
+    """The events of one turn's calls as they happen (``AsyncToolClient.stream``).
+
+    Iterate it with ``async for``; it ends after the last call's ``result`` event, by the
+    turn's deadline at the latest. Nothing is published before the first iteration.
+    Leaving early (``break`` inside ``async with``, or :meth:`aclose`) cancels the calls
+    still running. After the end, :attr:`messages` holds the ready-to-append results.
+
+    Args:
+        start: publishes the turn, handing events to the given callback; returns its state.
+        cancel: cancels calls by request id.
+    """
+
+    def __init__(
+        self,
+        start: Callable[[Callable[[CallEvent], None]], Awaitable[TurnState]],
+        cancel: Callable[[list[str]], Awaitable[None]],
+    ) -> None:
+        self._start = start
+        self._cancel = cancel
+        self._queue: asyncio.Queue[CallEvent] = asyncio.Queue()
+        self._state: TurnState | None = None
+        self._remaining = -1
+        self._closed = False
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The result messages in the turn's order.
+
+        Raises:
+            ClientError: the stream has not ended yet.
+        """
+        if self._state is None or self._remaining != 0:
+            raise ClientError("the turn's stream has not ended yet")
+        return self._state.messages()
+
+    def __aiter__(self) -> AsyncIterator[CallEvent]:
+        return self
+
+    async def __anext__(self) -> CallEvent:
+        if self._state is None:
+            if self._closed:
+                raise StopAsyncIteration
+            self._state = await self._start(self._queue.put_nowait)
+            self._remaining = len(self._state.turn.calls)
+        if self._remaining == 0 or self._closed:
+            raise StopAsyncIteration
+        event = await self._queue.get()  # every call resolves by the turn's deadline
+        if event.kind == "result":
+            self._remaining -= 1
+        return event
+
+    async def aclose(self) -> None:
+        """Stop iterating; calls of the turn still running are canceled."""
+        self._closed = True
+        if self._state is not None and self._remaining:
+            pending = self._state.pending_call_ids()
+            if pending:
+                await self._cancel(pending)
+
+    async def __aenter__(self) -> TurnStream:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,351 @@
+"""AsyncToolClient on redis.asyncio, clients shared by many tasks and threads, backpressure."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import math
+import os
+import signal
+import threading
+import time
+import tracemalloc
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+
+from conftest import Fleet
+from toolfleet.producer import AsyncToolClient, ToolClient
+from toolfleet.producer.async_client import COMMAND_CONNECTIONS
+from toolfleet.shared import BackpressureError, ClientError, Settings, Status, codec
+from toolfleet.shared.naming import catalog_key, workers_key
+
+F = "ext_fleet_test_"
+FACTORIAL = "ext_bfcl_math_factorial"
+IDLE = "ext_idle_noop"
+IDLE_QUEUE = "tools.idle"
+
+
+async def _connections(sampler: redis.asyncio.Redis, client_id: str) -> int:
+    """Redis connections whose client name carries ``client_id``."""
+    return sum(1 for c in await sampler.client_list() if client_id in (c.get("name") or ""))
+
+
+@pytest.fixture
+def idle_namespace(redis_url: str, namespace: str) -> Iterator[str]:
+    """A namespace whose catalog lists IDLE on a queue with a live heartbeat and no consumer."""
+    ns = f"{namespace}-idle-{uuid.uuid4().hex[:6]}"
+    r = redis.Redis.from_url(redis_url)
+    entry = {"name": IDLE, "description": "x", "parameters": {}, "queue": IDLE_QUEUE}
+    r.hset(catalog_key(ns), IDLE, codec.dumps(entry))
+    r.zadd(workers_key(ns, IDLE_QUEUE), {"test:0": time.time() + 3600})
+    yield ns
+    keys = list(r.scan_iter(match=f"{ns}*", count=1000))
+    if keys:
+        r.delete(*keys)
+    r.close()
+
+
+def test_ten_thousand_calls_in_flight_resolve_on_constant_connections(fleet: Fleet) -> None:
+    """10,000 concurrent calls through 2 worker processes all resolve correctly, on 1 reply
+    connection and a command pool that does not grow."""
+
+    async def run() -> tuple[list[Any], list[int], int]:
+        sampler = redis.asyncio.Redis.from_url(fleet.redis_url)
+        async with AsyncToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
+            counts: list[int] = []
+            peak = 0
+
+            async def sample() -> None:
+                nonlocal peak
+                while True:
+                    counts.append(await _connections(sampler, client.client_id))
+                    peak = max(peak, client.in_flight)
+                    await asyncio.sleep(0.05)
+
+            watcher = asyncio.create_task(sample())
+            futures = await asyncio.gather(
+                *(client.submit(F + "add", {"a": i, "b": 10**20}) for i in range(10_000))
+            )
+            peak = max(peak, client.in_flight)
+            results = await asyncio.wait_for(asyncio.gather(*futures), 60)
+            counts.append(await _connections(sampler, client.client_id))
+            watcher.cancel()
+        await sampler.aclose()
+        return results, counts, peak
+
+    started, cpu = time.monotonic(), time.process_time()
+    results, counts, peak = asyncio.run(run())
+    elapsed, cpu = time.monotonic() - started, time.process_time() - cpu
+    assert [r.status for r in results] == [Status.OK] * 10_000
+    assert [r.content for r in results] == [i + 10**20 for i in range(10_000)]
+    assert len({r.id for r in results}) == 10_000
+    assert peak >= 5_000, peak  # the burst really was in flight at once
+    opened = max(counts)
+    assert 2 <= opened <= 1 + COMMAND_CONNECTIONS, counts
+    assert set(counts[counts.index(opened) :]) == {opened}, counts  # constant once opened
+    assert elapsed < 30, elapsed
+    print(
+        f"\n10,000 calls: {elapsed:.1f} s (client CPU {cpu:.1f} s), peak in flight {peak}, "
+        f"connections {max(counts)}"
+    )
+
+
+def test_memory_per_call_held_in_flight(redis_url: str, idle_namespace: str) -> None:
+    """Calls held in flight (their queue is not consumed) cost about 1 KiB each in the client,
+    on one reply connection; close(wait=False) resolves every one of them timeout."""
+    count = 1_000
+
+    async def run() -> tuple[float, int, list[Any]]:
+        sampler = redis.asyncio.Redis.from_url(redis_url)
+        client = AsyncToolClient(redis_url, namespace=idle_namespace)
+        futures = [await client.submit(IDLE, {"x": -1}, timeout_s=60)]  # connections, catalog
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(count):  # one by one: no gather bookkeeping in the figure
+            futures.append(await client.submit(IDLE, {"x": i}, timeout_s=60))
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+        tracemalloc.stop()
+        assert client.in_flight == count + 1
+        connections = await _connections(sampler, client.client_id)
+        await client.close(wait=False)
+        await sampler.aclose()
+        return held / count, connections, futures
+
+    per_call, connections, futures = asyncio.run(run())
+    assert all(f.result().status is Status.TIMEOUT for f in futures)
+    assert "closed" in futures[-1].result().error
+    assert 2 <= connections <= 1 + COMMAND_CONNECTIONS
+    assert per_call < 4096, per_call
+    print(f"\nclient memory per in-flight call: {per_call:.0f} bytes; connections {connections}")
+
+
+def test_five_hundred_tasks_share_one_async_client(fleet: Fleet) -> None:
+    """500 concurrent tasks on one AsyncToolClient each get their own exact factorial."""
+
+    async def one(client: AsyncToolClient, n: int) -> tuple[int, Any]:
+        result = await client.call(FACTORIAL, {"n": n}, tool_call_id=f"task-{n}", timeout_s=20)
+        return n, result
+
+    async def run() -> list[tuple[int, Any]]:
+        async with AsyncToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
+            return await asyncio.wait_for(asyncio.gather(*(one(client, n) for n in range(500))), 30)
+
+    for n, result in asyncio.run(run()):
+        assert result.status is Status.OK, result
+        assert result.tool_call_id == f"task-{n}"
+        assert result.content == math.factorial(n)
+
+
+def test_sixty_four_threads_share_one_sync_client(client: ToolClient) -> None:
+    """64 threads on one ToolClient, 5 calls each, each get their own exact factorial."""
+    outcomes: dict[int, Any] = {}
+    lock = threading.Lock()
+
+    def worker(thread: int) -> None:
+        for k in range(5):
+            n = thread * 5 + k
+            result = client.call(FACTORIAL, {"n": n}, tool_call_id=f"t{n}", timeout_s=20)
+            with lock:
+                outcomes[n] = result
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(64)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads)
+    assert sorted(outcomes) == list(range(320))
+    for n, result in outcomes.items():
+        assert result.status is Status.OK and result.tool_call_id == f"t{n}"
+        assert result.content == math.factorial(n)
+
+
+def test_async_submit_waits_for_a_slot_then_raises_backpressure(fleet: Fleet) -> None:
+    """With max_in_flight=2, a third submit waits for a slot: it raises BackpressureError after
+    submit_timeout_s, or goes out as soon as a call resolves."""
+
+    async def run() -> None:
+        async with AsyncToolClient(
+            fleet.redis_url, namespace=fleet.namespace, max_in_flight=2, submit_timeout_s=0.3
+        ) as client:
+            busy = [await client.submit(F + "async_sleep", {"seconds": 0.8}) for _ in range(2)]
+            started = time.monotonic()
+            with pytest.raises(BackpressureError, match="max_in_flight"):
+                await client.submit(F + "add", {"a": 1, "b": 2})
+            assert 0.28 <= time.monotonic() - started < 0.6
+            assert [(await f).content for f in busy] == [0.8, 0.8]
+        async with AsyncToolClient(
+            fleet.redis_url, namespace=fleet.namespace, max_in_flight=2, submit_timeout_s=5
+        ) as client:
+            busy = [await client.submit(F + "async_sleep", {"seconds": 0.5}) for _ in range(2)]
+            started = time.monotonic()
+            assert (await client.call(F + "add", {"a": 1, "b": 2})).content == 3
+            assert time.monotonic() - started >= 0.4  # it waited for a busy call to resolve
+            assert [(await f).content for f in busy] == [0.5, 0.5]
+
+    asyncio.run(run())
+
+
+def test_sync_submit_blocks_for_a_slot_then_raises_backpressure(fleet: Fleet) -> None:
+    """With max_in_flight=1, submit blocks up to submit_timeout_s, then raises BackpressureError;
+    a turn larger than the cap still runs every call."""
+    with ToolClient(
+        fleet.redis_url, namespace=fleet.namespace, max_in_flight=1, submit_timeout_s=0.3
+    ) as client:
+        busy = client.submit(F + "async_sleep", {"seconds": 0.6})
+        started = time.monotonic()
+        with pytest.raises(BackpressureError):
+            client.submit(F + "add", {"a": 1, "b": 2})
+        assert 0.28 <= time.monotonic() - started < 0.6
+        assert busy.result().content == 0.6
+        assert client.call(F + "add", {"a": 1, "b": 2}).content == 3
+    with ToolClient(
+        fleet.redis_url, namespace=fleet.namespace, max_in_flight=2, submit_timeout_s=5
+    ) as client:
+        calls = [
+            {"id": f"call_{i}", "type": "function", "function": {"name": F + "add"}}
+            for i in range(5)
+        ]
+        for i, call in enumerate(calls):
+            call["function"]["arguments"] = f'{{"a": {i}, "b": 100}}'
+        messages = client.dispatch(calls, timeout_s=10)
+        assert [m["content"] for m in messages] == [str(100 + i) for i in range(5)]
+
+
+def test_full_queue_refuses_new_calls(redis_url: str, idle_namespace: str) -> None:
+    """A queue at TOOLFLEET_MAX_QUEUE_LENGTH answers new calls rejected at once, from this
+    client's own count and from a fresh client's read of the queue's length."""
+    settings = Settings(redis_url=redis_url, namespace=idle_namespace, max_queue_length=3)
+    with ToolClient(settings=settings) as client:
+        futures = [client.submit(IDLE, {"x": i}, timeout_s=30) for i in range(5)]
+        assert client.in_flight == 3
+        refused = [f.result(timeout=1) for f in futures[3:]]
+        assert [r.status for r in refused] == [Status.REJECTED] * 2
+        assert "TOOLFLEET_MAX_QUEUE_LENGTH" in (refused[0].error or "")
+        with ToolClient(settings=settings) as other:
+            late = other.call(IDLE, {"x": 9}, timeout_s=30)
+            assert late.status is Status.REJECTED and "holds 3 calls" in (late.error or "")
+        client.close(wait=False)
+    assert all(f.result(timeout=1).status is Status.TIMEOUT for f in futures[:3])
+
+
+def test_close_resolves_pending_calls_and_refuses_new_ones(
+    redis_url: str, idle_namespace: str
+) -> None:
+    """close(wait=False) resolves calls in flight timeout; a closed client raises ClientError."""
+
+    async def run() -> None:
+        client = AsyncToolClient(redis_url, namespace=idle_namespace)
+        future = await client.submit(IDLE, {}, timeout_s=30)
+        await client.close(wait=False)
+        assert (await future).status is Status.TIMEOUT
+        with pytest.raises(ClientError, match="closed"):
+            await client.submit(IDLE, {})
+
+    asyncio.run(run())
+
+
+def test_a_call_times_out_at_its_deadline(redis_url: str, idle_namespace: str) -> None:
+    """A call nobody answers resolves timeout at its deadline, not later."""
+
+    async def run() -> None:
+        async with AsyncToolClient(redis_url, namespace=idle_namespace) as client:
+            started = time.monotonic()
+            result = await client.call(IDLE, {}, timeout_s=0.5)
+            assert result.status is Status.TIMEOUT
+            assert 0.5 <= time.monotonic() - started < 0.7
+
+    asyncio.run(run())
+
+
+def test_canceling_the_awaiting_task_cancels_the_call(fleet: Fleet) -> None:
+    """Canceling a task awaiting call() cancels the call: it never completes in the fleet."""
+
+    async def run() -> None:
+        async with AsyncToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
+            task = asyncio.create_task(client.call(F + "slow", {"seconds": 5}, timeout_s=10))
+            await asyncio.sleep(0.3)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert client.in_flight == 0
+            future = await client.submit(F + "slow", {"seconds": 5}, timeout_s=10)
+            assert await client.cancel(future.call_id) is True
+            assert (await future).status is Status.CANCELED
+            assert await client.cancel(future.call_id) is False
+
+    asyncio.run(run())
+
+
+def test_a_client_is_bound_to_its_event_loop(fleet: Fleet) -> None:
+    """Using an AsyncToolClient from a second event loop is a ClientError, not a hang."""
+    client = AsyncToolClient(fleet.redis_url, namespace=fleet.namespace)
+
+    async def first() -> None:
+        assert (await client.call(F + "add", {"a": 1, "b": 1})).content == 2
+
+    async def second() -> None:
+        with pytest.raises(ClientError, match="event loop"):
+            await client.call(F + "add", {"a": 1, "b": 1})
+
+    asyncio.run(first())
+    asyncio.run(second())
+
+
+def test_tools_lists_the_catalog(fleet: Fleet) -> None:
+    """tools() returns the fleet's tools in the requested format."""
+
+    async def run() -> list[dict[str, Any]]:
+        async with AsyncToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
+            return await client.tools(format="anthropic")
+
+    names = {t["name"] for t in asyncio.run(run())}
+    assert {F + "add", FACTORIAL} <= names
+
+
+def test_a_frozen_redis_never_holds_a_caller_past_its_deadline() -> None:
+    """With Redis frozen (SIGSTOP), concurrent calls and a whole turn still return by their
+    deadline, answered timeout or not_available."""
+    from toolfleet.worker.embedded import EmbeddedRedis
+
+    with EmbeddedRedis() as server:
+        ns = f"tffrozen-{uuid.uuid4().hex[:6]}"
+        r = redis.Redis.from_url(server.url)
+        entry = {"name": IDLE, "description": "x", "parameters": {}, "queue": IDLE_QUEUE}
+        r.hset(catalog_key(ns), IDLE, codec.dumps(entry))
+        r.zadd(workers_key(ns, IDLE_QUEUE), {"test:0": time.time() + 3600})
+        pid = server._process.pid  # type: ignore[union-attr]
+        turn = [
+            {"id": f"c{i}", "type": "function", "function": {"name": IDLE, "arguments": "{}"}}
+            for i in range(3)
+        ]
+
+        async def run() -> tuple[list[Any], list[dict[str, Any]], float]:
+            async with AsyncToolClient(server.url, namespace=ns) as client:
+                await client.call(IDLE, {}, timeout_s=0.2)  # connections and catalog are warm
+                os.kill(pid, signal.SIGSTOP)
+                try:
+                    started = time.monotonic()
+                    calls = asyncio.gather(
+                        *(client.call(IDLE, {"x": i}, timeout_s=1) for i in range(20))
+                    )
+                    results, messages = await asyncio.gather(
+                        calls, client.dispatch(turn, timeout_s=1)
+                    )
+                    elapsed = time.monotonic() - started
+                finally:
+                    os.kill(pid, signal.SIGCONT)
+                return results, messages, elapsed
+
+        results, messages, elapsed = asyncio.run(run())
+        r.close()
+    assert elapsed < 1.3, elapsed
+    assert {res.status for res in results} <= {Status.TIMEOUT, Status.NOT_AVAILABLE}
+    assert [m["tool_call_id"] for m in messages] == ["c0", "c1", "c2"]

@@ -1,0 +1,266 @@
+"""Whole-turn dispatch of recorded OpenAI and Anthropic messages through a real fleet."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from anthropic.types import Message, MessageParam, ToolResultBlockParam
+from openai.types.chat import (
+    ChatCompletion,
+    ChatCompletionMessageParam,
+    ChatCompletionToolMessageParam,
+)
+from openai.types.responses import Response, ResponseInputParam
+from openai.types.responses.response_input_param import FunctionCallOutput
+from pydantic import TypeAdapter
+
+from conftest import Fleet, start_fleet
+from toolfleet.producer import AsyncToolClient, CallEvent, ToolClient
+from toolfleet.shared import ClientError, Status
+
+FIXTURES = Path(__file__).parent / "fixtures"
+F = "ext_fleet_test_"
+TURN_TIMEOUT_S = 1.5
+
+
+def _fixture(name: str) -> dict[str, Any]:
+    return json.loads((FIXTURES / name).read_text())
+
+
+def _contents(messages: list[dict[str, Any]], key: str = "content") -> list[Any]:
+    return [json.loads(m[key]) for m in messages]
+
+
+def _timed_dispatch(client: ToolClient, source: Any, **kwargs: Any) -> tuple[list[Any], float]:
+    started = time.monotonic()
+    messages = client.dispatch(source, timeout_s=TURN_TIMEOUT_S, **kwargs)
+    return messages, time.monotonic() - started
+
+
+def _check_chat(completion: dict[str, Any], messages: list[dict[str, Any]]) -> None:
+    assistant = completion["choices"][0]["message"]
+    ids = [c["id"] for c in assistant["tool_calls"]]
+    assert [m["tool_call_id"] for m in messages] == ids  # one each, in order
+    adapter = TypeAdapter(ChatCompletionToolMessageParam)
+    for message in messages:
+        adapter.validate_python(message)
+        assert set(message) == {"role", "tool_call_id", "content"} and message["role"] == "tool"
+    content = _contents(messages)
+    assert content[0] == math.factorial(25)
+    assert content[1] == 21
+    assert "line 1" in content[2]["error"]  # truncated JSON: where parsing stopped
+    assert content[3] == {"error": "unknown function 'get_current_weather'"}
+    assert content[4]["error"].startswith("no reply within")
+    assert content[5] == 6
+    conversation = [{"role": "user", "content": "Work these out."}, assistant, *messages]
+    TypeAdapter(list[ChatCompletionMessageParam]).validate_python(conversation)
+
+
+@pytest.mark.parametrize("shape", ["completion", "sdk-message", "sdk-tool-calls"])
+def test_chat_completions_turn_round_trips(client: ToolClient, shape: str) -> None:
+    """A recorded Chat Completions turn (dict or openai objects) gets one tool message per
+    call, in order, the slow call a timeout at the turn's deadline."""
+    completion = _fixture("openai_chat_completion.json")
+    message = ChatCompletion.model_validate(completion).choices[0].message
+    source = {
+        "completion": completion,
+        "sdk-message": message,
+        "sdk-tool-calls": message.tool_calls,
+    }[shape]
+    messages, elapsed = _timed_dispatch(client, source)
+    _check_chat(completion, messages)
+    assert TURN_TIMEOUT_S <= elapsed < TURN_TIMEOUT_S + 0.5
+
+
+def test_chat_completions_turn_round_trips_async(fleet: Fleet) -> None:
+    """The async client answers the same Chat Completions turn the same way."""
+    completion = _fixture("openai_chat_completion.json")
+
+    async def run() -> list[dict[str, Any]]:
+        async with AsyncToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
+            return await client.dispatch(completion, timeout_s=TURN_TIMEOUT_S)
+
+    _check_chat(completion, asyncio.run(run()))
+
+
+@pytest.mark.parametrize("sdk", [False, True])
+def test_responses_turn_round_trips(fleet: Fleet, sdk: bool) -> None:
+    """A recorded Responses turn gets one function_call_output per function_call, in order."""
+    response = _fixture("openai_responses_response.json")
+    source = Response.model_validate(response) if sdk else response
+
+    async def run() -> list[dict[str, Any]]:
+        async with AsyncToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
+            return await client.dispatch(source, timeout_s=TURN_TIMEOUT_S)
+
+    outputs = asyncio.run(run())
+    calls = [item for item in response["output"] if item["type"] == "function_call"]
+    assert [o["call_id"] for o in outputs] == [c["call_id"] for c in calls]
+    for output in outputs:
+        TypeAdapter(FunctionCallOutput).validate_python(output)
+        assert set(output) == {"type", "call_id", "output"}
+    content = _contents(outputs, "output")
+    assert content[0] == math.factorial(30)
+    assert content[1] == 12.0
+    assert "line 1" in content[2]["error"]
+    assert content[3] == {"error": "unknown function 'search_flights'"}
+    assert content[4]["error"].startswith("no reply within")
+    TypeAdapter(ResponseInputParam).validate_python([*calls, *outputs])  # the next input
+
+
+@pytest.mark.parametrize("sdk", [False, True])
+def test_anthropic_turn_round_trips(client: ToolClient, sdk: bool) -> None:
+    """A recorded Anthropic turn gets one tool_result block per tool_use, in order, with
+    is_error set for every status but ok."""
+    message = _fixture("anthropic_message.json")
+    source = Message.model_validate(message) if sdk else message
+    blocks, elapsed = _timed_dispatch(client, source)
+    uses = [b for b in message["content"] if b["type"] == "tool_use"]
+    assert [b["tool_use_id"] for b in blocks] == [u["id"] for u in uses]
+    for block in blocks:
+        TypeAdapter(ToolResultBlockParam).validate_python(block)
+        assert set(block) == {"type", "tool_use_id", "content", "is_error"}
+    assert [b["is_error"] for b in blocks] == [False, False, True, True, True, False]
+    content = _contents(blocks)
+    assert content[0] == math.factorial(40)
+    assert content[1] == pytest.approx(math.pi * 9)
+    assert "n" in content[2]["error"]
+    assert content[3] == {"error": "unknown function 'get_stock_price'"}
+    assert content[4]["error"].startswith("no reply within")
+    assert content[5] == 6
+    assert TURN_TIMEOUT_S <= elapsed < TURN_TIMEOUT_S + 0.5
+    conversation = [message, {"role": "user", "content": blocks}]
+    TypeAdapter(list[MessageParam]).validate_python(conversation)
+
+
+def test_statuses_of_a_turn(client: ToolClient) -> None:
+    """The result events of a turn carry each call's status, one per call."""
+    events: list[CallEvent] = []
+    client.dispatch(
+        _fixture("anthropic_message.json"), timeout_s=TURN_TIMEOUT_S, on_event=events.append
+    )
+    results = sorted((e for e in events if e.kind == "result"), key=lambda e: e.index)
+    assert [e.status for e in results] == [
+        Status.OK,
+        Status.OK,
+        Status.INVALID_ARGUMENTS,
+        Status.UNKNOWN_FUNCTION,
+        Status.TIMEOUT,
+        Status.OK,
+    ]
+
+
+def _calls(*pairs: tuple[str, str, dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {"id": i, "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
+        for i, n, a in pairs
+    ]
+
+
+def test_duplicate_ids_and_same_function_calls_each_get_their_own_result(
+    client: ToolClient,
+) -> None:
+    """Calls sharing a tool_call_id and calls to one function all run; each result sits in
+    its call's position."""
+    turn = _calls(
+        ("call_0", F + "add", {"a": 1, "b": 2}),
+        ("call_0", F + "add", {"a": 3, "b": 4}),
+        ("call_1", F + "add", {"a": 5, "b": 6}),
+        ("call_0", F + "echo", {"text": "x"}),
+    )
+    messages = client.dispatch(turn, timeout_s=5)
+    assert [m["tool_call_id"] for m in messages] == ["call_0", "call_0", "call_1", "call_0"]
+    assert _contents(messages) == [3, 7, 11, {"text": "x", "account": None}]
+
+
+def test_malformed_and_misused_turns(client: ToolClient) -> None:
+    """A malformed call is answered rejected in its place; input of no known format raises
+    ClientError and publishes nothing."""
+    turn = [
+        {"id": "call_a", "type": "function", "function": {"arguments": "{}"}},
+        *_calls(("call_b", F + "add", {"a": 1, "b": 1})),
+    ]
+    messages = client.dispatch(turn, timeout_s=5)
+    assert "names no function" in json.loads(messages[0]["content"])["error"]
+    assert json.loads(messages[1]["content"]) == 2
+    assert client.dispatch([], timeout_s=5) == []
+    for bad in ("call it", 7, [{"name": "x"}]):
+        with pytest.raises(ClientError):
+            client.dispatch(bad)
+    with pytest.raises(ClientError):
+        client.dispatch(turn, timeout_s=0)
+    with pytest.raises(ClientError):
+        client.dispatch(turn, context={"nope": 1})
+
+
+def test_context_reaches_every_call(client: ToolClient) -> None:
+    """The turn's context is handed to each call's tool."""
+    turn = _calls(("c1", F + "echo", {"text": "a"}), ("c2", F + "echo", {"text": "b"}))
+    messages = client.dispatch(turn, context={"account": "acme"}, timeout_s=5)
+    assert _contents(messages) == [
+        {"text": "a", "account": "acme"},
+        {"text": "b", "account": "acme"},
+    ]
+
+
+@pytest.fixture(scope="module")
+def partial_fleet(
+    redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Fleet]:
+    """A namespace whose catalog lists the bfcl tools, served by no live worker: a full fleet
+    ran and was stopped, then one serving only tools.fleet-test started."""
+    ns = f"{namespace}-partial-{uuid.uuid4().hex[:6]}"
+    logs = tmp_path_factory.mktemp("partial")
+    start_fleet(redis_url, ns, logs / "full.log", processes=1).stop()
+    fleet = start_fleet(
+        redis_url, ns, logs / "partial.log", processes=1, extra=["-Q", "tools.fleet-test"]
+    )
+    yield fleet
+    fleet.stop()
+
+
+def test_a_call_without_a_live_worker_fails_fast_in_a_turn(partial_fleet: Fleet) -> None:
+    """A turn's call whose queue no worker serves is answered not_available within 0.1 s while
+    the turn's other calls run normally (async stream and sync callback)."""
+    turn = _calls(
+        ("call_0", F + "async_sleep", {"seconds": 0.4}),
+        ("call_1", "ext_bfcl_math_factorial", {"n": 10}),
+        ("call_2", F + "add", {"a": 2, "b": 3}),
+    )
+
+    async def run() -> tuple[float, list[CallEvent], list[dict[str, Any]]]:
+        async with AsyncToolClient(partial_fleet.redis_url, namespace=partial_fleet.namespace) as c:
+            started = time.time()
+            events: list[CallEvent] = []
+            async with c.stream(turn, timeout_s=5) as stream:
+                async for event in stream:
+                    events.append(event)
+            return started, events, stream.messages
+
+    started, events, messages = asyncio.run(run())
+    refused = [e for e in events if e.index == 1]
+    assert [e.kind for e in refused] == ["result"]  # never queued
+    assert refused[0].status is Status.NOT_AVAILABLE
+    assert refused[0].received_at - started < 0.1
+    assert "no live worker" in json.loads(messages[1]["content"])["error"]
+    assert _contents(messages)[0::2] == [0.4, 5]
+    last = max(e.received_at for e in events)
+    assert last - started >= 0.4  # the others ran normally
+
+    with ToolClient(partial_fleet.redis_url, namespace=partial_fleet.namespace) as client:
+        seen: list[tuple[float, CallEvent]] = []
+        started = time.time()
+        messages = client.dispatch(
+            turn, timeout_s=5, on_event=lambda e: seen.append((time.time(), e))
+        )
+        refused_at = next(t for t, e in seen if e.index == 1 and e.kind == "result")
+        assert refused_at - started < 0.1
+        assert _contents(messages)[0::2] == [0.4, 5]

@@ -1,0 +1,266 @@
+"""The Dramatiq internals toolfleet relies on: fail loudly when an upgrade changes them.
+
+``worker/consumer.py`` subclasses ``dramatiq.brokers.redis._RedisConsumer`` and uses its
+attributes; the producer, the catalog heartbeat and the supervisor's recovery drive
+Dramatiq's ``dispatch.lua`` directly and read its keys. Everything here runs against a
+real Redis.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import inspect
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import dramatiq
+import pytest
+import redis
+from dramatiq.broker import MessageProxy
+from dramatiq.brokers.redis import RedisBroker, _RedisConsumer
+from dramatiq.errors import ConnectionClosed, DecodeError
+from dramatiq.message import Message
+
+from toolfleet.producer.publish import Publisher
+from toolfleet.shared.naming import actor_name_for, brokers_key
+from toolfleet.shared.wire import ToolCallRequest
+from toolfleet.worker.broker import make_broker
+from toolfleet.worker.catalog import _run_maintenance
+from toolfleet.worker.consumer import FleetRedisBroker, WaitingConsumer
+from toolfleet.worker.recovery import recover_dead_worker
+
+PINNED = "2.2.1"
+QUEUE = "tools.contract"
+
+
+@pytest.fixture
+def ns(redis_url: str) -> Iterator[str]:
+    """A namespace of its own, deleted afterwards."""
+    namespace = f"tfcontract-{uuid.uuid4().hex[:8]}"
+    yield namespace
+    client = redis.Redis.from_url(redis_url)
+    keys = list(client.scan_iter(match=f"{namespace}*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+@pytest.fixture
+def broker(redis_url: str, ns: str) -> Iterator[FleetRedisBroker]:
+    made = make_broker(redis_url, ns)
+    yield made
+    made.client.close()
+
+
+def _request(function: str = "ext_contract_tool") -> ToolCallRequest:
+    now = time.time()
+    return ToolCallRequest(
+        id=str(uuid.uuid4()),
+        function=function,
+        arguments={"a": 1},
+        reply_to="nowhere",
+        deadline=now + 30,
+        timeout_s=30.0,
+        sent_at=now,
+    )
+
+
+def _publish(broker: RedisBroker, request: ToolCallRequest | None = None) -> str:
+    """Publish one request through the producer's Publisher; return its Redis message id."""
+    request = request or _request()
+    Publisher(broker.client, broker.namespace).publish(QUEUE, request)
+    ids = broker.client.lrange(f"{broker.namespace}:{QUEUE}", -1, -1)
+    return ids[0].decode()
+
+
+def test_dramatiq_is_the_pinned_version() -> None:
+    """toolfleet is built against Dramatiq 2.2.1; a different version must be re-checked."""
+    assert dramatiq.__version__ == PINNED
+    assert importlib.metadata.version("dramatiq") == PINNED
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    assert f'"dramatiq[redis]=={PINNED}"' in pyproject
+
+
+def test_redis_consumer_internals_used_by_the_waiting_consumer(
+    broker: FleetRedisBroker,
+) -> None:
+    """_RedisConsumer's constructor, attributes and the broker's do_* commands are as used."""
+    init = list(inspect.signature(_RedisConsumer.__init__).parameters)
+    assert init == ["self", "broker", "queue_name", "prefetch", "timeout"]
+    consumer = broker.consume(QUEUE, prefetch=4, timeout=1000)
+    assert isinstance(consumer, WaitingConsumer) and isinstance(consumer, _RedisConsumer)
+    assert consumer.message_cache == []
+    assert consumer.queued_message_ids == set()
+    assert consumer.misses == 0
+    assert consumer.prefetch == 4 and consumer.queue_name == QUEUE
+    assert isinstance(inspect.getattr_static(_RedisConsumer, "outstanding_message_count"), property)
+    consumer.message_cache = [b"x", b"y"]
+    consumer.queued_message_ids.add("m")
+    assert consumer.outstanding_message_count == 3
+    consumer.message_cache = []
+    for command in ("do_enqueue", "do_fetch", "do_ack", "do_nack", "do_requeue", "do_qsize"):
+        assert callable(getattr(broker, command)), command
+    for name in ("ack", "nack", "requeue", "close", "__next__"):
+        assert callable(getattr(_RedisConsumer, name)), name
+    for name in ("scripts", "heartbeat_timeout", "dead_message_ttl", "broker_id", "namespace"):
+        assert hasattr(broker, name), name
+    assert "dispatch" in broker.scripts
+    assert isinstance(broker._max_unpack_size(), int)
+
+
+def test_redis_consumer_reports_a_lost_connection_as_connection_closed(tmp_path: Path) -> None:
+    """_RedisConsumer.ack raises ConnectionClosed on a lost Redis and forgets the message id."""
+    unreachable = make_broker(f"unix://{tmp_path / 'none.sock'}", "tfcontract")
+    consumer = _RedisConsumer(unreachable, QUEUE, 1, 1000)
+    message = Message(queue_name=QUEUE, actor_name="a", args=(), kwargs={},
+                      options={"redis_message_id": "r1"})  # fmt: skip
+    consumer.queued_message_ids.add(message.message_id)
+    with pytest.raises(ConnectionClosed):
+        consumer.ack(MessageProxy(message))
+    assert consumer.queued_message_ids == set()
+
+
+def test_message_format_and_decode() -> None:
+    """Message's fields and Message.decode (raising DecodeError) are as the consumer expects."""
+    names = [f.name for f in dataclasses.fields(Message)]
+    assert names == [
+        "queue_name", "actor_name", "args", "kwargs", "options", "message_id", "message_timestamp",
+    ]  # fmt: skip
+    message = Message(queue_name=QUEUE, actor_name="a", args=("x",), kwargs={}, options={})
+    decoded = Message.decode(message.encode())
+    assert decoded == message and isinstance(decoded.args, tuple)
+    assert MessageProxy(decoded).message_id == message.message_id
+    for poison in (b"", b"\xff\xfe", b"[]", b'{"queue_name": "q"}'):
+        with pytest.raises(DecodeError):
+            Message.decode(poison)
+
+
+def test_dispatch_commands_and_key_layout(broker: FleetRedisBroker, ns: str) -> None:
+    """enqueue, fetch, requeue, ack and nack move ids between the keys toolfleet reads."""
+    r = broker.client
+    request = _request()
+    message_id = _publish(broker, request)
+    queue_key, msgs_key = f"{ns}:{QUEUE}", f"{ns}:{QUEUE}.msgs"
+    acks_key = f"{ns}:__acks__.{broker.broker_id}.{QUEUE}"
+    assert r.lrange(queue_key, 0, -1) == [message_id.encode()]
+    body = r.hget(msgs_key, message_id)
+    message = Message.decode(body)
+    assert message.message_id == request.id
+    assert message.options == {"redis_message_id": message_id}
+    assert message.queue_name == QUEUE and message.actor_name == actor_name_for(QUEUE)
+    assert ToolCallRequest.decode(message.args[0]) == request
+
+    assert broker.do_fetch(QUEUE, 10) == [body]  # fetch: queue → this broker's acks set
+    assert r.llen(queue_key) == 0 and r.smembers(acks_key) == {message_id.encode()}
+    beat = r.zscore(f"{ns}:__heartbeats__", broker.broker_id)
+    assert beat is not None and abs(beat - time.time() * 1000) < 60_000
+
+    broker.do_requeue(QUEUE, message_id)  # requeue: acks → back on the queue
+    assert r.lrange(queue_key, 0, -1) == [message_id.encode()] and not r.smembers(acks_key)
+
+    broker.do_fetch(QUEUE, 10)
+    broker.do_nack(QUEUE, message_id)  # nack: → dead-letter set, body moved
+    assert r.zscore(f"{ns}:{QUEUE}.XQ", message_id) is not None
+    assert r.hget(f"{ns}:{QUEUE}.XQ.msgs", message_id) == body
+    assert r.hget(msgs_key, message_id) is None and not r.smembers(acks_key)
+
+    second = _publish(broker)
+    assert broker.do_qsize(QUEUE) == 1
+    broker.do_fetch(QUEUE, 10)
+    broker.do_ack(QUEUE, second)  # ack: acks and body gone
+    assert r.hget(msgs_key, second) is None and not r.smembers(acks_key)
+    assert broker.do_qsize(QUEUE) == 0
+
+
+def test_forced_maintenance_returns_a_dead_brokers_messages(
+    broker: FleetRedisBroker, redis_url: str, ns: str
+) -> None:
+    """Forced maintenance (qsize) requeues a dead broker's unacked messages and forgets it."""
+    r = broker.client
+    dead = make_broker(redis_url, ns)
+    try:
+        message_id = _publish(broker)
+        assert dead.do_fetch(QUEUE, 10)
+        dead_acks = f"{ns}:__acks__.{dead.broker_id}.{QUEUE}"
+        assert r.smembers(dead_acks) == {message_id.encode()}
+        r.zadd(f"{ns}:__heartbeats__", {dead.broker_id: 1})  # long dead
+        _run_maintenance(broker, QUEUE)
+        assert r.lrange(f"{ns}:{QUEUE}", 0, -1) == [message_id.encode()]
+        assert not r.exists(dead_acks)
+        assert r.zscore(f"{ns}:__heartbeats__", dead.broker_id) is None
+    finally:
+        dead.client.close()
+
+
+def test_recovery_reads_the_acks_layout(broker: FleetRedisBroker, redis_url: str, ns: str) -> None:
+    """Recovery finds a dead process's acks via <ns>:brokers and requeues at the queue's head."""
+    r = broker.client
+    dead = make_broker(redis_url, ns)
+    try:
+        held = _publish(broker)
+        assert dead.do_fetch(QUEUE, 1)
+        waiting = _publish(broker)
+        r.hset(brokers_key(ns), "host:1", dead.broker_id)
+        assert recover_dead_worker(r, ns, "host:1") == 1
+        assert r.lrange(f"{ns}:{QUEUE}", 0, -1) == [held.encode(), waiting.encode()]
+        assert not r.exists(f"{ns}:__acks__.{dead.broker_id}.{QUEUE}")
+        assert r.hget(brokers_key(ns), "host:1") is None
+    finally:
+        dead.client.close()
+
+
+def test_waiting_consumer_delivers_and_dead_letters_poison(
+    broker: FleetRedisBroker, ns: str
+) -> None:
+    """The consumer hands out a good message, dead-letters poison, and waits on an empty queue."""
+    r = broker.client
+    consumer = broker.consume(QUEUE, prefetch=4, timeout=1000)
+    poison_id = str(uuid.uuid4())
+    r.hset(f"{ns}:{QUEUE}.msgs", poison_id, b"\x00not a message")
+    r.rpush(f"{ns}:{QUEUE}", poison_id)
+    good = _publish(broker)
+    proxy = next(consumer)
+    assert isinstance(proxy, MessageProxy) and proxy.options["redis_message_id"] == good
+    assert r.zscore(f"{ns}:{QUEUE}.XQ", poison_id) is not None
+    started = time.monotonic()
+    assert next(consumer) is None
+    assert 0.5 < time.monotonic() - started < 3.0
+
+
+def test_script_calls_survive_a_flushed_script_cache() -> None:
+    """Explicit and pipelined script calls survive a lost script cache (SCRIPT FLUSH, restart)."""
+    from toolfleet.worker.embedded import EmbeddedRedis
+
+    with EmbeddedRedis() as server:
+        ns = "tfcontract"
+        broker = make_broker(server.url, ns)
+        r = broker.client
+        publisher = Publisher(r, ns)
+        publisher.publish(QUEUE, _request())
+        r.script_flush()
+        publisher.publish(QUEUE, _request())  # explicit EVALSHA → NOSCRIPT → reloaded
+        assert broker.do_qsize(QUEUE) == 2
+        r.script_flush()
+        assert len(broker.do_fetch(QUEUE, 1)) == 1
+        r.script_flush()
+        _run_maintenance(broker, QUEUE)
+        size = broker.do_qsize(QUEUE)  # 2 messages, 1 of them also in the acks set
+        pipe = r.pipeline(transaction=False)
+        broker.scripts["dispatch"](
+            keys=[ns],
+            args=["qsize", int(time.time() * 1000), QUEUE, broker.broker_id,
+                  broker.heartbeat_timeout, broker.dead_message_ttl, 0, broker._max_unpack_size()],
+            client=pipe,
+        )  # fmt: skip
+        r.script_flush()
+        assert pipe.execute() == [size] == [3]  # the pipeline loads missing scripts first
+        r.script_flush()
+        r.hset(brokers_key(ns), "host:1", broker.broker_id)
+        assert recover_dead_worker(r, ns, "host:1") == 1
+        server.restart()  # a restarted Redis has no scripts either
+        publisher.publish(QUEUE, _request())
+        assert broker.do_qsize(QUEUE) == 1
+        broker.client.close()

@@ -1,0 +1,185 @@
+"""Operations commands: ``top``, ``events`` and ``health``."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections import Counter, defaultdict
+from typing import Any
+
+import click
+import redis
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+from toolfleet.shared import codec
+from toolfleet.shared.naming import catalog_key, events_key, workers_key
+from toolfleet.worker.health import check_live, check_ready
+
+__all__ = ["events", "health", "top"]
+
+console = Console()
+
+#: Seconds of events ``top`` summarises per function.
+WINDOW_S = 60.0
+
+
+def _client(ctx: click.Context) -> redis.Redis:
+    url: str = ctx.obj.require_url()
+    return redis.Redis.from_url(url, socket_timeout=5)
+
+
+def _recent_events(client: redis.Redis, namespace: str, window_s: float) -> list[dict[str, Any]]:
+    since_ms = int((time.time() - window_s) * 1000)
+    rows: Any = client.xrange(events_key(namespace), min=f"{since_ms}-0", max="+", count=100_000)
+    out = []
+    for _id, fields in rows:
+        try:
+            out.append(codec.loads(fields[b"event"]))
+        except (KeyError, codec.DecodeError):
+            continue
+    return out
+
+
+def render_top(client: redis.Redis, namespace: str, window_s: float = WINDOW_S) -> Group:
+    """One frame of ``toolfleet top``: queues, workers and per-function statistics."""
+    entries = [codec.loads(v) for v in client.hvals(catalog_key(namespace))]
+    queues = sorted({str(e.get("queue")) for e in entries})
+    since = time.time() - 10.0
+    pipe = client.pipeline(transaction=False)
+    for queue in queues:
+        pipe.hlen(f"{namespace}:{queue}.msgs")
+        pipe.zcard(f"{namespace}:{queue}.XQ")
+        pipe.zrangebyscore(workers_key(namespace, queue), since, "+inf")
+    values = pipe.execute() if queues else []
+    queue_table = Table("queue", "depth", "dead letters", "live workers", title="queues")
+    workers: set[str] = set()
+    for i, queue in enumerate(queues):
+        depth, dead, live = values[3 * i : 3 * i + 3]
+        workers |= {w.decode() for w in live}
+        queue_table.add_row(queue, str(depth), str(dead), str(len(live)))
+    hosts = Counter(w.rsplit(":", 1)[0] for w in workers)
+    worker_table = Table("host", "worker processes", title="workers")
+    for host, count in sorted(hosts.items()):
+        worker_table.add_row(host, str(count))
+    events = [
+        e for e in _recent_events(client, namespace, window_s) if e.get("kind") == "tool_responded"
+    ]
+    requested = Counter(
+        e["function"]
+        for e in _recent_events(client, namespace, window_s)
+        if e.get("kind") == "tool_requested"
+    )
+    by_function: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for event in events:
+        by_function[str(event.get("function"))].append(event)
+    function_table = Table(
+        "function",
+        "calls/s",
+        "busy",
+        "p50 ms",
+        "p99 ms",
+        "errors by status",
+        title=f"functions (last {window_s:.0f} s)",
+    )
+    for function, items in sorted(by_function.items()):
+        runs = sorted(float(e["run_s"]) for e in items if e.get("run_s") is not None)
+        errors = Counter(str(e.get("status")) for e in items if e.get("status") != "ok")
+        function_table.add_row(
+            function,
+            f"{len(items) / window_s:.2f}",
+            str(
+                max(
+                    0,
+                    requested.get(function, 0)
+                    - sum(1 for e in items if e.get("run_s") is not None),
+                )
+            ),
+            f"{_quantile(runs, 0.50) * 1000:.1f}" if runs else "-",
+            f"{_quantile(runs, 0.99) * 1000:.1f}" if runs else "-",
+            ", ".join(f"{s}: {n}" for s, n in sorted(errors.items())) or "-",
+        )
+    return Group(queue_table, worker_table, function_table)
+
+
+def _quantile(values: list[float], q: float) -> float:
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q * 100) - 1]
+
+
+@click.command()
+@click.option("--once", is_flag=True, help="Print one frame and exit.")
+@click.option(
+    "--interval", type=float, default=2.0, show_default=True, help="Seconds between frames."
+)
+@click.pass_context
+def top(ctx: click.Context, once: bool, interval: float) -> None:
+    """A live view of queues, workers and per-function calls/s, latency and errors."""
+    client = _client(ctx)
+    namespace = ctx.obj.settings.namespace
+    if once:
+        console.print(render_top(client, namespace))
+        return
+    with Live(render_top(client, namespace), console=console, refresh_per_second=4) as live:
+        try:
+            while True:
+                time.sleep(interval)
+                live.update(render_top(client, namespace))
+        except KeyboardInterrupt:
+            pass
+
+
+@click.command()
+@click.option(
+    "--count", type=int, default=0, help="Stop after this many events (0: follow forever)."
+)
+@click.option("--from-start", is_flag=True, help="Start with the oldest event kept, not new ones.")
+@click.pass_context
+def events(ctx: click.Context, count: int, from_start: bool) -> None:
+    """Tail the lifecycle events stream as JSON lines."""
+    client = _client(ctx)
+    key = events_key(ctx.obj.settings.namespace)
+    last = "0-0" if from_start else "$"
+    seen = 0
+    try:
+        while not count or seen < count:
+            batch: Any = client.xread({key: last}, block=1000, count=100)
+            for _stream, rows in batch or []:
+                for entry_id, fields in rows:
+                    last = entry_id
+                    click.echo(fields[b"event"].decode())
+                    seen += 1
+                    if count and seen >= count:
+                        return
+    except KeyboardInterrupt:
+        pass
+
+
+@click.command()
+@click.option(
+    "--live",
+    "mode",
+    flag_value="live",
+    help="Liveness: worker processes are healthy (no Redis needed).",
+)
+@click.option(
+    "--ready",
+    "mode",
+    flag_value="ready",
+    help="Readiness: live, extensions loaded, Redis reachable.",
+)
+@click.pass_context
+def health(ctx: click.Context, mode: str | None) -> None:
+    """Kubernetes exec probe: exit 0 when healthy, 1 otherwise (the reason on stderr)."""
+    settings = ctx.obj.settings
+    if mode is None:
+        raise click.UsageError("pass --live or --ready")
+    if mode == "live":
+        report = check_live(settings.health_dir, settings.health_stale_s)
+    else:
+        report = check_ready(settings.health_dir, settings.health_stale_s, settings.redis_url)
+    click.echo(report.reason, err=not report.ok)
+    sys.exit(0 if report.ok else 1)

@@ -1,0 +1,112 @@
+"""The supervisor's ``/metrics``: every worker process's samples plus Redis queue depths."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import redis
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+
+from toolfleet.shared import codec
+from toolfleet.shared.naming import catalog_key, workers_key
+
+__all__ = ["QueueCollector", "mark_dead", "prepare_multiprocess_dir", "serve_metrics"]
+
+log = logging.getLogger("toolfleet.worker.metrics")
+
+
+def prepare_multiprocess_dir(directory: str | None) -> Path:
+    """Wipe (or create) the multiprocess metrics folder and export it to child processes.
+
+    Uses ``PROMETHEUS_MULTIPROC_DIR`` when set, else ``directory``.
+    """
+    path = Path(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or directory or "/tmp/toolfleet-metrics")
+    if path.exists():
+        shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True, exist_ok=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(path)
+    return path
+
+
+def mark_dead(pid: int, directory: Path) -> None:
+    """Drop a dead process's live gauges (its counters stay in the totals)."""
+    mark_process_dead(pid, str(directory))  # type: ignore[no-untyped-call]
+
+
+class QueueCollector:
+    """Collects queue depth, dead letters and live workers per queue from Redis.
+
+    Metrics ``toolfleet_queue_depth``, ``toolfleet_dead_letters`` and
+    ``toolfleet_queue_workers``, read at scrape time.
+
+    Depth counts Dramatiq's ``<ns>:<queue>.msgs`` hash: pending, prefetched and running
+    messages (what KEDA scales on). Queues are those of the catalog.
+    """
+
+    def __init__(self, redis_url: str, namespace: str, worker_ttl_s: float = 10.0) -> None:
+        self.client = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
+        self.namespace = namespace
+        self.worker_ttl_s = worker_ttl_s
+
+    def collect(self) -> Iterator[Metric]:
+        """One sample per queue, read at scrape time."""
+        depth = GaugeMetricFamily(
+            "toolfleet_queue_depth",
+            "Messages in a queue (pending, prefetched and running).",
+            labels=["queue"],
+        )
+        workers = GaugeMetricFamily(
+            "toolfleet_queue_workers",
+            "Worker processes with a fresh heartbeat on a queue.",
+            labels=["queue"],
+        )
+        dead = GaugeMetricFamily(
+            "toolfleet_dead_letters", "Dead-lettered messages of a queue.", labels=["queue"]
+        )
+        try:
+            queues = sorted(
+                {
+                    str(codec.loads(v).get("queue"))
+                    for v in self.client.hvals(catalog_key(self.namespace))
+                }
+            )
+            pipe = self.client.pipeline(transaction=False)
+            since = time.time() - self.worker_ttl_s
+            for queue in queues:
+                pipe.hlen(f"{self.namespace}:{queue}.msgs")
+                pipe.zcard(f"{self.namespace}:{queue}.XQ")
+                pipe.zcount(workers_key(self.namespace, queue), since, "+inf")
+            values = pipe.execute()
+        except (redis.RedisError, codec.DecodeError) as exc:
+            log.warning("queue depth unavailable: %s", exc)
+            queues, values = [], []
+        for i, queue in enumerate(queues):
+            depth.add_metric([queue], values[3 * i])
+            dead.add_metric([queue], values[3 * i + 1])
+            workers.add_metric([queue], values[3 * i + 2])
+        yield depth
+        yield dead
+        yield workers
+
+
+def serve_metrics(
+    port: int, directory: Path, redis_url: str, namespace: str
+) -> CollectorRegistry | None:
+    """Serve ``/metrics`` on ``port`` (all interfaces); ``None`` when the port is 0 or busy."""
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
+    registry.register(QueueCollector(redis_url, namespace))
+    if port:
+        try:
+            start_http_server(port, registry=registry)
+        except OSError as exc:
+            log.error("cannot serve /metrics on port %d: %s", port, exc)
+            return None
+    return registry

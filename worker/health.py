@@ -1,0 +1,97 @@
+"""Liveness and readiness of a worker pod, for Kubernetes exec probes.
+
+Each worker process rewrites ``<health_dir>/worker-<pid>.json`` every second from its
+main loop, but only while it is healthy: its tool threads are not stuck past the limit
+and its event loop is not blocked. Liveness needs no Redis: every live worker process
+has a fresh file. Readiness also needs Redis to answer and every process to have loaded
+its extensions and started consuming.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+__all__ = ["HealthReport", "check_live", "check_ready", "write_heartbeat"]
+
+
+def write_heartbeat(directory: Path, ready: bool, functions: int) -> None:
+    """Atomically (re)write this process's heartbeat file."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"worker-{os.getpid()}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(
+        json.dumps({"pid": os.getpid(), "ready": ready, "functions": functions, "at": time.time()})
+    )
+    tmp.replace(path)
+
+
+@dataclass(frozen=True)
+class HealthReport:
+    """The outcome of a check.
+
+    Attributes:
+        ok: whether the check passed.
+        reason: why not, or a summary when it passed.
+    """
+
+    ok: bool
+    reason: str
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _live_beats(directory: Path) -> list[dict[str, float]]:
+    beats = []
+    for path in sorted(directory.glob("worker-*.json")) if directory.is_dir() else []:
+        try:
+            beat = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if _pid_alive(int(beat.get("pid", 0))):
+            beat["mtime"] = path.stat().st_mtime
+            beats.append(beat)
+    return beats
+
+
+def check_live(directory: Path, stale_s: float) -> HealthReport:
+    """Live when at least one worker process runs and every one has a fresh heartbeat."""
+    beats = _live_beats(directory)
+    if not beats:
+        return HealthReport(False, f"no live worker process has a heartbeat in {directory}")
+    now = time.time()
+    stale = [int(b["pid"]) for b in beats if now - b["mtime"] > stale_s]
+    if stale:
+        return HealthReport(
+            False, f"worker processes {stale} have not been healthy for {stale_s:.0f} s"
+        )
+    return HealthReport(True, f"{len(beats)} worker processes healthy")
+
+
+def check_ready(directory: Path, stale_s: float, redis_url: str | None) -> HealthReport:
+    """Ready when live, every process has loaded its extensions, and Redis answers."""
+    live = check_live(directory, stale_s)
+    if not live.ok:
+        return live
+    if not all(b.get("ready") for b in _live_beats(directory)):
+        return HealthReport(False, "a worker process is still starting")
+    if not redis_url:
+        return HealthReport(False, "no Redis URL configured")
+    try:
+        redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2).ping()
+    except redis.RedisError as exc:
+        return HealthReport(False, f"Redis unreachable: {exc}")
+    return HealthReport(True, live.reason + ", Redis reachable")

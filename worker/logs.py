@@ -1,0 +1,90 @@
+"""Worker logging: text or JSON lines, with the current call's id, function and traceparent.
+
+``TOOLFLEET_LOG_FORMAT=json`` writes one JSON object per record (``ts``, ``level``,
+``logger``, ``message``, ``worker``, and while a call is handled ``call_id``,
+``function``, ``traceparent``; plus ``status``, ``queued_s``, ``run_s`` on the per-call
+line). Secret setting values are scrubbed from every record (:mod:`.redaction`).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from toolfleet.worker.redaction import Redactor
+
+__all__ = ["CALL_FIELDS", "call_scope", "configure_logging"]
+
+#: Record attributes a call scope sets (and the JSON formatter writes when present).
+CALL_FIELDS = ("call_id", "function", "traceparent", "status", "queued_s", "run_s")
+
+_call: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "toolfleet_call", default=None
+)
+
+
+@contextmanager
+def call_scope(**fields: Any) -> Iterator[None]:
+    """Attach ``fields`` (call_id, function, traceparent, ...) to records logged inside."""
+    token = _call.set({**(_call.get() or {}), **{k: v for k, v in fields.items() if v is not None}})
+    try:
+        yield
+    finally:
+        _call.reset(token)
+
+
+class _CallFilter(logging.Filter):
+    def __init__(self, worker: str) -> None:
+        super().__init__()
+        self.worker = worker
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.worker = self.worker
+        for key, value in (_call.get() or {}).items():
+            if not hasattr(record, key):
+                setattr(record, key, value)
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """Render ``record`` as a JSON line."""
+        data: dict[str, Any] = {
+            "ts": round(record.created, 6),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "worker": getattr(record, "worker", None),
+        }
+        for key in CALL_FIELDS:
+            value = getattr(record, key, None)
+            if value is not None:
+                data[key] = value
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            data["exception"] = record.exc_text
+        return json.dumps(data, default=str)
+
+
+def configure_logging(level: str, fmt: str, worker: str, redactor: Redactor) -> None:
+    """Set up the root logger of a worker process (stderr; text or ``json``)."""
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(
+            logging.Formatter(f"%(asctime)s %(levelname)s [{worker}] %(name)s: %(message)s")
+        )
+    handler.addFilter(_CallFilter(worker))
+    handler.addFilter(redactor.log_filter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())

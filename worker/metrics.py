@@ -1,0 +1,75 @@
+"""Prometheus metrics of the worker side (prometheus-client, multiprocess mode).
+
+Each worker process writes its samples to ``PROMETHEUS_MULTIPROC_DIR``; the supervisor
+wipes that folder at start, marks a dead process's gauges dead (so its live series
+disappear) and serves the aggregate on ``/metrics``. Counters of dead processes stay in
+the sum, so a counter never goes backwards between scrapes. Base units: seconds.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+__all__ = [
+    "CALLS",
+    "CALL_DURATION",
+    "EXTENSION_LOAD_ERRORS",
+    "IN_FLIGHT",
+    "INVALID_ARGUMENTS",
+    "POISON_MESSAGES",
+    "QUEUE_WAIT",
+    "STUCK_THREADS",
+    "WORKER_UP",
+]
+
+#: Execution-time buckets, 5 ms to 60 s.
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+CALLS = Counter(
+    "toolfleet_tool_calls_total",
+    "Tool calls answered, by function, extension and status.",
+    ["function", "extension", "status"],
+)
+CALL_DURATION = Histogram(
+    "toolfleet_tool_call_duration_seconds",
+    "Time a tool ran, seconds.",
+    ["function"],
+    buckets=DURATION_BUCKETS,
+)
+QUEUE_WAIT = Histogram(
+    "toolfleet_queue_wait_seconds",
+    "Time between publishing a call and a worker taking it, seconds.",
+    ["queue"],
+    buckets=DURATION_BUCKETS,
+)
+IN_FLIGHT = Gauge(
+    "toolfleet_calls_in_flight",
+    "Calls running now.",
+    ["function"],
+    multiprocess_mode="livesum",
+)
+INVALID_ARGUMENTS = Counter(
+    "toolfleet_invalid_arguments_total",
+    "Calls whose arguments did not parse or validate (a bad description or schema shows here).",
+    ["function"],
+)
+EXTENSION_LOAD_ERRORS = Counter(
+    "toolfleet_extension_load_errors_total",
+    "Extensions that failed to load, by source.",
+    ["extension"],
+)
+POISON_MESSAGES = Counter(
+    "toolfleet_poison_messages_total",
+    "Messages that could not be decoded and were dead-lettered.",
+    ["queue"],
+)
+STUCK_THREADS = Gauge(
+    "toolfleet_stuck_threads",
+    "Abandoned tool threads still running, per worker process.",
+    multiprocess_mode="liveall",
+)
+WORKER_UP = Gauge(
+    "toolfleet_worker_up",
+    "1 for each live worker process.",
+    multiprocess_mode="liveall",
+)

@@ -1,0 +1,107 @@
+"""What a worker tells the outside about each call: metrics, signals, events, a log line."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from toolfleet.shared import codec
+from toolfleet.shared.signals import REDACTED, tool_requested, tool_responded
+from toolfleet.shared.wire import Status, ToolCallRequest, ToolCallResult
+from toolfleet.worker import metrics
+from toolfleet.worker.toolkit import Toolkit
+
+__all__ = ["Observer"]
+
+log = logging.getLogger("toolfleet.worker.calls")
+
+#: Longest arguments/result text an event carries when an extension opts in, characters.
+MAX_EVENT_PAYLOAD = 4096
+
+
+class Observer:
+    """Counts, signals and describes calls for one worker process.
+
+    Args:
+        toolkit: what this process serves (extension of a function, redaction).
+    """
+
+    def __init__(self, toolkit: Toolkit) -> None:
+        self.toolkit = toolkit
+
+    def _extension(self, function: str) -> tuple[str, bool]:
+        served = self.toolkit.served.get(function)
+        if served is None:
+            return "", False
+        return served.extension.slug, served.extension.event_payloads
+
+    def _base(self, request: ToolCallRequest) -> dict[str, Any]:
+        slug, _ = self._extension(request.function)
+        return {
+            "id": request.id,
+            "function": request.function,
+            "extension": slug,
+            "account": request.context.account,
+            "worker": self.toolkit.worker_id,
+            "traceparent": request.context.traceparent,
+        }
+
+    def _payload(self, function: str, value: Any) -> Any:
+        _, opted_in = self._extension(function)
+        if not opted_in:
+            return REDACTED
+        text = self.toolkit.redactor.scrub(codec.dumps_str(value))
+        return text[:MAX_EVENT_PAYLOAD]
+
+    def requested(self, request: ToolCallRequest) -> dict[str, Any]:
+        """A call was accepted: count it in flight and fire ``tool_requested``."""
+        metrics.IN_FLIGHT.labels(request.function).inc()
+        event = {
+            "kind": "tool_requested",
+            "at": time.time(),
+            **self._base(request),
+            "arguments": self._payload(request.function, request.arguments),
+        }
+        tool_requested.send(request.function, **event)
+        return event
+
+    def responded(
+        self, request: ToolCallRequest, result: ToolCallResult, queue: str, accepted: bool
+    ) -> dict[str, Any]:
+        """A reply is going out: metrics, ``tool_responded``, the per-call log line."""
+        slug, _ = self._extension(request.function)
+        if accepted:
+            metrics.IN_FLIGHT.labels(request.function).dec()
+        metrics.CALLS.labels(request.function, slug, result.status.value).inc()
+        if result.run_s is not None:
+            metrics.CALL_DURATION.labels(request.function).observe(result.run_s)
+        if result.queued_s is not None:
+            metrics.QUEUE_WAIT.labels(queue).observe(result.queued_s)
+        if result.status is Status.INVALID_ARGUMENTS:
+            metrics.INVALID_ARGUMENTS.labels(request.function).inc()
+        event = {
+            "kind": "tool_responded",
+            "at": time.time(),
+            **self._base(request),
+            "status": result.status.value,
+            "queued_s": result.queued_s,
+            "run_s": result.run_s,
+            "result": self._payload(request.function, result.content) if result.ok else None,
+            "error": None if result.ok else result.error,
+        }
+        tool_responded.send(request.function, **event)
+        level = logging.DEBUG if result.ok else logging.INFO
+        log.log(
+            level,
+            "%s %s: %s",
+            request.function,
+            request.id,
+            result.status.value,
+            extra={
+                "status": result.status.value,
+                "queued_s": result.queued_s,
+                "run_s": result.run_s,
+            },
+        )
+        return event
