@@ -151,6 +151,8 @@ def start_fleet(
         "TOOLFLEET_HEARTBEAT_INTERVAL_S": "0.5",
         "TOOLFLEET_WORKER_TTL_S": "3",
         "TOOLFLEET_SHUTDOWN_GRACE_S": "5",
+        "TOOLFLEET_HEALTH_DIR": str(log_path.parent / f"health-{uuid.uuid4().hex[:6]}"),
+        "TOOLFLEET_METRICS_PORT": "0",
         **(env or {}),
     }
     argv = [

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import redis
 
-__all__ = ["HealthReport", "check_live", "check_ready", "write_heartbeat"]
+__all__ = ["HealthReport", "check_live", "check_ready", "remove_heartbeat", "write_heartbeat"]
 
 
 def write_heartbeat(directory: Path, ready: bool, functions: int) -> None:
@@ -45,6 +45,21 @@ class HealthReport:
 
 
 def _pid_alive(pid: int) -> bool:
+    """True when ``pid`` is a running toolfleet worker process.
+
+    Not a thread id, nor another program that reused the number (checked in ``/proc``).
+    """
+    proc = Path(f"/proc/{pid}")
+    if Path("/proc/self").exists():
+        try:
+            status = (proc / "status").read_text()
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            return False
+        tgid = next(
+            (line.split()[1] for line in status.splitlines() if line.startswith("Tgid:")), ""
+        )
+        return tgid == str(pid) and b"toolfleet.worker.process" in cmdline
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -52,6 +67,11 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def remove_heartbeat(directory: Path, pid: int | None = None) -> None:
+    """Delete a process's heartbeat file (its own at exit; a dead child's by the supervisor)."""
+    (directory / f"worker-{pid or os.getpid()}.json").unlink(missing_ok=True)
 
 
 def _live_beats(directory: Path) -> list[dict[str, float]]:

@@ -25,7 +25,7 @@ from toolfleet.worker.actors import Worker, declare_actors, post_rejection
 from toolfleet.worker.broker import fleet_middleware, make_broker
 from toolfleet.worker.cancels import CancelListener
 from toolfleet.worker.catalog import CatalogPublisher
-from toolfleet.worker.health import write_heartbeat
+from toolfleet.worker.health import remove_heartbeat, write_heartbeat
 from toolfleet.worker.ledger import Ledger
 from toolfleet.worker.loader import load_all
 from toolfleet.worker.logs import configure_logging
@@ -148,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     toolkit.runner.close()
     if toolkit.process_runner is not None:
         toolkit.process_runner.close()
+    remove_heartbeat(settings.health_dir)
     return code
 
 

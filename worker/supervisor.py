@@ -20,7 +20,9 @@ from types import FrameType
 
 import redis
 
+from toolfleet.shared.settings import Settings
 from toolfleet.worker.exposition import mark_dead, prepare_multiprocess_dir, serve_metrics
+from toolfleet.worker.health import remove_heartbeat
 from toolfleet.worker.recovery import recover_dead_worker
 
 __all__ = ["Supervisor", "WorkerOptions"]
@@ -161,6 +163,7 @@ class Supervisor:
                             slot.index, pid, code)  # fmt: skip
                 self._recover(pid)
                 mark_dead(pid, self.metrics_dir)
+                remove_heartbeat(Settings.from_env().health_dir, pid)
                 self._restart(slot)
         self._drain()
         return EXIT_NOTHING_TO_SERVE if nothing_to_serve else 0

@@ -1,0 +1,36 @@
+"""Health checks ignore heartbeat files of processes that are gone."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+from toolfleet.worker.health import check_live, remove_heartbeat, write_heartbeat
+
+
+def test_stale_file_of_a_reused_pid_does_not_count(tmp_path: Path) -> None:
+    """A file named after a thread id or a non-worker process is ignored, not 'unhealthy'."""
+    ids: list[int] = []
+    worker = threading.Thread(
+        target=lambda: (ids.append(threading.get_native_id()), time.sleep(0.5))
+    )
+    worker.start()
+    time.sleep(0.1)
+    for pid in (ids[0], os.getpid()):  # a live thread id, and a live non-worker process
+        path = tmp_path / f"worker-{pid}.json"
+        path.write_text(json.dumps({"pid": pid, "ready": True, "at": 0}))
+        os.utime(path, (0, 0))
+    worker.join()
+    report = check_live(tmp_path, stale_s=3)
+    assert not report.ok and "no live worker process" in report.reason
+
+
+def test_heartbeat_file_is_removed(tmp_path: Path) -> None:
+    """remove_heartbeat deletes this process's file (a worker does so at exit)."""
+    write_heartbeat(tmp_path, True, 3)
+    assert (tmp_path / f"worker-{os.getpid()}.json").exists()
+    remove_heartbeat(tmp_path)
+    assert not list(tmp_path.iterdir()) or not (tmp_path / f"worker-{os.getpid()}.json").exists()
