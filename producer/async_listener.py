@@ -15,6 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 import redis
 import redis.asyncio
@@ -173,8 +174,10 @@ class AsyncReplyListener:
                         client = self._connect()
                     item = await client.blpop([self.key], timeout=MAX_WAIT_S)
                     if item is not None:
-                        more = await client.lpop(self.key, DRAIN_BATCH)
-                        self._deliver([item[1], *(more or [])])
+                        self._deliver([item[1]])  # resolve the first reply before draining
+                        more: Any = await client.lpop(self.key, DRAIN_BATCH)
+                        if more:
+                            self._deliver(list(more))
                     backoff = 0.05
                 except redis.RedisError as exc:
                     log.warning("reply listener: %s; reconnecting in %.2f s", exc, backoff)

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from typing import Any
 
 import redis
 
@@ -158,10 +159,12 @@ class ReplyListener:
             try:
                 if client is None:
                     client = self._connect()
-                item = client.blpop([self.key], timeout=MAX_WAIT_S)
+                item: Any = client.blpop([self.key], timeout=MAX_WAIT_S)
                 if item is not None:
-                    batch = [item[1], *(client.lpop(self.key, DRAIN_BATCH) or [])]
-                    self._deliver(batch)
+                    self._deliver([item[1]])  # resolve the first reply before draining
+                    more: Any = client.lpop(self.key, DRAIN_BATCH)
+                    if more:
+                        self._deliver(list(more))
                 backoff = 0.05
             except redis.RedisError as exc:
                 log.warning("reply listener: %s; reconnecting in %.2f s", exc, backoff)
