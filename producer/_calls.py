@@ -130,18 +130,14 @@ def build_request(
         raise ClientError(f"bad call: {exc}") from None
 
 
-def arguments_size(arguments: Arguments) -> int:
-    """Bytes the arguments take on the wire.
+def arguments_size(request: ToolCallRequest) -> int:
+    """Bytes the request's arguments take on the wire (``ToolCallRequest.arguments_size``).
 
     Raises:
         ClientError: a dict that is not JSON (a set, an object, NaN...).
     """
-    if arguments is None:
-        return 0
-    if isinstance(arguments, str):
-        return len(arguments.encode("utf-8", "surrogatepass"))
     try:
-        return len(codec.dumps(arguments))
+        return request.arguments_size()
     except codec.EncodeError as exc:
         raise ClientError(f"arguments are not JSON: {exc}") from None
 
@@ -158,7 +154,7 @@ def admit(
     Raises:
         ClientError: arguments that are not JSON.
     """
-    size = arguments_size(request.arguments)
+    size = arguments_size(request)
     if size > settings.max_arguments_bytes:
         message = (
             f"the arguments are {size} bytes, over the limit of "

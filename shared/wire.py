@@ -102,6 +102,19 @@ class ToolCallRequest(BaseModel):
     sent_at: float = Field(default_factory=time.time)
     events: bool = False
 
+    def arguments_size(self) -> int:
+        """Bytes ``arguments`` take on the wire (0 for none).
+
+        Raises:
+            codec.EncodeError: an object that is not JSON.
+        """
+        arguments = self.arguments
+        if arguments is None:
+            return 0
+        if isinstance(arguments, str):
+            return len(arguments.encode("utf-8", "surrogatepass"))
+        return len(codec.dumps(arguments))
+
     def encode(self) -> bytes:
         """Encode for the wire (orjson; exact big integers)."""
         return codec.dumps(self.model_dump(mode="python", exclude_none=True))

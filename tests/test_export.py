@@ -7,6 +7,7 @@ with ``openai.pydantic_function_tool`` skip when it cannot be imported.
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Iterator
 from enum import StrEnum
 from typing import Any, Literal
@@ -20,6 +21,8 @@ from toolfleet.shared.export import FORMATS, export_tools, strict_problems, to_s
 try:
     import openai
 except ImportError:  # pragma: no cover - the dev extra installs it
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        raise  # CI installs the dev extra: a missing openai must fail, not skip
     openai = None  # type: ignore[assignment]
 
 needs_openai = pytest.mark.skipif(

@@ -13,7 +13,7 @@ from conftest import Fleet
 from toolfleet.producer import ToolClient
 from toolfleet.producer.publish import Publisher
 from toolfleet.shared import ToolCallRequest, ToolCallResult
-from toolfleet.shared.errors import CrashedError, ExtensionToolError, ToolTimeoutError
+from toolfleet.shared.errors import CrashedError, ExtensionToolError
 from toolfleet.shared.wire import ReplyEnvelope, Status, new_call_id
 
 F = "ext_fleet_test_"
@@ -116,7 +116,6 @@ def test_async_tool_past_its_limit_times_out_on_time(client: ToolClient) -> None
     elapsed = time.monotonic() - started
     assert result.status is Status.TIMEOUT
     assert elapsed < 1.0 + 0.3, elapsed
-    assert isinstance(ToolTimeoutError("x"), Exception)
 
 
 def test_sync_tool_past_its_limit_times_out_on_time(client: ToolClient) -> None:

@@ -68,10 +68,13 @@ class Worker:
         with call_scope(
             call_id=request.id, function=request.function, traceparent=request.context.traceparent
         ):
-            self._handle(request, queue)
+            self._handle(request, queue, _size_bound(raw))
 
-    def _handle(self, request: ToolCallRequest, queue: str) -> None:
-        size = _arguments_size(request)
+    def _handle(self, request: ToolCallRequest, queue: str, bound: int) -> None:
+        # the whole message bounds the arguments: encode them only when it is too large
+        size = bound
+        if size > self.max_arguments_bytes:
+            size = request.arguments_size()
         if size > self.max_arguments_bytes:
             message = (
                 f"the arguments are {size} bytes, over the limit of {self.max_arguments_bytes}"
@@ -175,13 +178,13 @@ def post_rejection(client: redis.Redis, ttl_s: int, raw: Any, why: str, worker: 
     return True
 
 
-def _arguments_size(request: ToolCallRequest) -> int:
-    arguments = request.arguments
-    if arguments is None:
-        return 0
-    if isinstance(arguments, str):
-        return len(arguments.encode("utf-8", "surrogatepass"))
-    return len(codec.dumps(arguments))
+def _size_bound(raw: Any) -> int:
+    """An upper bound of the encoded message in bytes (UTF-8: at most 4 bytes a character)."""
+    if isinstance(raw, bytes):
+        return len(raw)
+    if isinstance(raw, str):
+        return 4 * len(raw)
+    return 1 << 62  # not a string: measure the arguments themselves
 
 
 def declare_actors(

@@ -41,7 +41,6 @@ class InProcessRunner:
         self._lock = threading.Lock()
         self._threads = _ToolThreads()
         self._loop_started = False
-        self.abandoned_total = 0
 
     @property
     def stuck_threads(self) -> int:
@@ -59,8 +58,6 @@ class InProcessRunner:
         elapsed = time.monotonic() - started
         if how != "done":
             self._threads.abandon(task)
-            with self._lock:
-                self.abandoned_total += 1
             return Outcome(timed_out=how == "timeout", canceled=how == "canceled", run_s=elapsed)
         error = task.future.exception()
         if error is not None:

@@ -46,7 +46,6 @@ class ProcessRunner:
             max_workers=max_workers, initializer=init_child, initargs=init_args, context=context
         )
         self.max_workers = max_workers
-        self.killed = 0
 
     def warm_up(self, timeout_s: float = 60.0) -> None:
         """Start every child now, so a first call does not pay for the start-up."""
@@ -74,15 +73,12 @@ class ProcessRunner:
         how = wait_first(future, handle, limit_s + KILL_MARGIN_S)
         elapsed = time.monotonic() - started
         if how == "canceled" or (how == "done" and future.cancelled()):
-            self.killed += 1
             return Outcome(canceled=True, run_s=elapsed)
         if how == "timeout":
             future.cancel()  # type: ignore[no-untyped-call]
-            self.killed += 1
             return Outcome(timed_out=True, run_s=elapsed)
         error = future.exception()
         if isinstance(error, concurrent.futures.TimeoutError):
-            self.killed += 1
             return Outcome(timed_out=True, run_s=elapsed)
         if isinstance(error, pebble.ProcessExpired):
             return Outcome(
