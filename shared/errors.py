@@ -7,6 +7,7 @@ One root, at most two levels below it::
     │   ├── ClientClosedError
     │   └── BackpressureError          too many calls in flight: no slot within submit_timeout_s
     ├── ConfigurationError             bad settings, bad extension or tool definition
+    ├── ConnectionFailed               Redis could not be reached or answered with an error
     └── ToolCallError                  a non-``ok`` wire status; carries the ToolCallResult
         ├── ExtensionToolError         tool_error        (raised by tool code: the model reads it)
         ├── InvalidArgumentsError      invalid_arguments
@@ -36,6 +37,7 @@ __all__ = [
     "ClientClosedError",
     "ClientError",
     "ConfigurationError",
+    "ConnectionFailed",
     "CrashedError",
     "ExpiredError",
     "ExtensionToolError",
@@ -71,6 +73,21 @@ class BackpressureError(ClientError):
 
 class ConfigurationError(ToolfleetError):
     """Settings, an extension or a tool definition is invalid."""
+
+
+class ConnectionFailed(ToolfleetError):
+    """Redis could not be reached, or failed a command, at a toolfleet boundary.
+
+    Raised instead of a bare ``redis`` exception by every public method that talks to
+    Redis outside a tool call's own result (a call's outcome is always a status).
+
+    Attributes:
+        url: the Redis URL with any password replaced by ``***`` (safe to print), or ``""``.
+    """
+
+    def __init__(self, message: str, *, url: str = "") -> None:
+        super().__init__(message)
+        self.url = url
 
 
 class ToolCallError(ToolfleetError):
