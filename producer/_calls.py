@@ -74,6 +74,10 @@ def make_context(context: CallContext | dict[str, Any] | None) -> CallContext:
         return context
     if context is not None and not isinstance(context, dict):
         raise ClientError("context must be a CallContext, a dict of its fields or None")
+    # the wire model ignores unknown fields (tolerant reader); a caller's typo is misuse
+    unknown = sorted(set(context or {}) - set(CallContext.model_fields))
+    if unknown:
+        raise ClientError(f"bad context: unknown field(s) {', '.join(map(str, unknown))}")
     try:
         return CallContext(**(context or {}))
     except Exception as exc:

@@ -4,6 +4,12 @@ A producer publishes one :class:`ToolCallRequest` per tool call; the worker answ
 with exactly one :class:`ToolCallResult`, pushed to the request's ``reply_to`` list
 inside a :class:`ReplyEnvelope` (``{"type": "result", "result": {...}}``). Progress
 and status events use the same list with ``"type": "event"``.
+
+Readers are tolerant: every model here ignores fields it does not know, at the top
+level and nested (a request's ``context``, a reply's ``result`` or ``event``), so that a
+producer or worker one version ahead can add a field without older peers refusing
+its messages mid-rollout (the robustness principle of RFC 1122 §1.2.2; what a
+producer *accepts from its caller* is still checked, see ``producer._calls``).
 """
 
 from __future__ import annotations
@@ -61,7 +67,7 @@ class CallContext(BaseModel):
         metadata: free JSON object.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")
 
     account: str | None = None
     user: str | None = None
@@ -223,6 +229,8 @@ class ToolEvent(BaseModel):
 
 class ReplyEnvelope(BaseModel):
     """One entry of a reply list: a terminal ``result`` or an ``event`` before it."""
+
+    model_config = ConfigDict(extra="ignore")
 
     type: Literal["result", "event"]
     result: ToolCallResult | None = None
