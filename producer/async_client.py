@@ -34,6 +34,14 @@ from toolfleet.producer._calls import (
     never_sent,
     prepare_turn_call,
 )
+from toolfleet.producer._redis import (
+    check_url,
+    connection_failed,
+    pool_of,
+    pool_where,
+    tcp_options,
+    track_forks,
+)
 from toolfleet.producer.async_listener import AsyncCallFuture, AsyncReplyListener
 from toolfleet.producer.backpressure import AsyncInFlightLimit, QueueLengths, backpressure_error
 from toolfleet.producer.catalog import AsyncCatalogReader, Catalog
@@ -46,6 +54,7 @@ from toolfleet.shared.errors import ClientClosedError, ClientError, Configuratio
 from toolfleet.shared.export import export_tools
 from toolfleet.shared.naming import cancel_channel, cancel_key, reply_key
 from toolfleet.shared.settings import Settings
+from toolfleet.shared.urls import redacted_url
 from toolfleet.shared.wire import CallContext, Status, ToolCallRequest, ToolCallResult
 
 __all__ = ["COMMAND_CONNECTIONS", "AsyncCallFuture", "AsyncToolClient"]
@@ -68,16 +77,31 @@ class AsyncToolClient:
     ``call``) cancels the call in the fleet.
 
     Args:
-        redis_url: Redis URL; ``None`` reads ``TOOLFLEET_REDIS_URL``.
+        redis_url: Redis URL (``redis://``, ``rediss://``, ``unix://``); ``None`` reads
+            ``TOOLFLEET_REDIS_URL``.
         namespace: key prefix; ``None`` reads ``TOOLFLEET_NAMESPACE`` (default ``toolfleet``).
         settings: a :class:`Settings` object instead of the environment.
+        redis_client: a ready-made ``redis.asyncio.Redis`` instead of a URL (Sentinel's
+            ``master_for``, a credential provider, a custom TLS context...). Its pool
+            serves commands and the reply listener (one of its connections in a blocking
+            read of up to 1 s: a ``socket_timeout`` must be ``None`` or well above that);
+            it must not decode responses. The client does not close it.
+        connection_pool: a ``redis.asyncio.ConnectionPool`` instead (same rules).
         max_in_flight: most calls this client has published and not yet resolved.
-        submit_timeout_s: seconds ``submit`` waits for a free slot before it raises
+        submit_timeout_s: seconds ``submit`` waits for a slot before it raises
             ``BackpressureError`` (never past the call's own deadline).
 
+    After ``os.fork()`` the child's client has its own id, reply list, connections and
+    listener, made on first use in the child's event loop. A client built on a caller's
+    ``redis_client``/``connection_pool`` cannot follow (redis.asyncio pools are neither
+    fork- nor loop-aware): in a child it raises :class:`ClientError` at once; build it
+    after the fork (e.g. in gunicorn's ``post_fork`` hook) instead.
+
     Raises:
-        ConfigurationError: no Redis URL was given or configured.
-        ClientError: ``max_in_flight`` below 1 or a bad ``submit_timeout_s``.
+        ConfigurationError: no Redis URL was given or configured, or it is not a Redis
+            URL (``redis+sentinel://`` included: pass ``redis_client=``).
+        ClientError: ``max_in_flight`` below 1, a bad ``submit_timeout_s``, both
+            ``redis_client`` and ``connection_pool``, or an unfit one.
     """
 
     def __init__(
@@ -86,36 +110,60 @@ class AsyncToolClient:
         *,
         namespace: str | None = None,
         settings: Settings | None = None,
+        redis_client: redis.asyncio.Redis | None = None,
+        connection_pool: redis.asyncio.ConnectionPool | None = None,
         max_in_flight: int = 10_000,
         submit_timeout_s: float = 30.0,
     ) -> None:
         self.settings = settings or Settings.from_env(redis_url=redis_url, namespace=namespace)
+        self._given_pool: redis.asyncio.ConnectionPool | None = pool_of(
+            redis_client, connection_pool, asyncio=True
+        )
         url = redis_url or self.settings.redis_url
-        if not url:
+        if self._given_pool is not None:
+            if redis_url:
+                raise ClientError("pass redis_url or a Redis client/pool, not both")
+            url = None
+        elif not url:
             raise ConfigurationError("no Redis URL: pass redis_url= or set TOOLFLEET_REDIS_URL")
+        else:
+            check_url(url)
         if not isinstance(max_in_flight, int) or max_in_flight < 1:
             raise ClientError("max_in_flight must be an integer >= 1")
         self.submit_timeout_s = check_timeout(submit_timeout_s)
         self.max_in_flight = max_in_flight
+        #: the Redis URL, or ``None`` for a client built on a caller's client or pool
         self.redis_url = url
+        self.where = redacted_url(url) if url else pool_where(self._given_pool)
         self.namespace = namespace or self.settings.namespace
+        self._closed = False
+        self._forked_with_given_pool = False
+        self._per_process_state()
+        track_forks(self)
+
+    def _per_process_state(self) -> None:
+        """This process's identity, pool, catalog cache, slots and listener (unbound)."""
         self.client_id = uuid.uuid4().hex
         self.reply_to = reply_key(self.namespace, self.client_id)
-        timeout_s = self.settings.redis_timeout_s
-        self._pool = redis.asyncio.BlockingConnectionPool.from_url(
-            url,
-            max_connections=COMMAND_CONNECTIONS,
-            timeout=timeout_s,
-            client_name=f"toolfleet-producer-{self.client_id}",
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-        )
+        if self._given_pool is not None:
+            self._pool = self._given_pool
+        else:
+            assert self.redis_url is not None
+            timeout_s = self.settings.redis_timeout_s
+            self._pool = redis.asyncio.BlockingConnectionPool.from_url(
+                self.redis_url,
+                max_connections=COMMAND_CONNECTIONS,
+                timeout=timeout_s,
+                client_name=f"toolfleet-producer-{self.client_id}",
+                socket_timeout=timeout_s,
+                socket_connect_timeout=timeout_s,
+            )
         self._redis = redis.asyncio.Redis(connection_pool=self._pool)
         self._catalog = AsyncCatalogReader(
             self._redis, self.namespace, self.settings.catalog_cache_s, self.settings.worker_ttl_s
         )
         self._publisher = AsyncPublisher(self._redis, self.namespace)
-        self._slots = AsyncInFlightLimit(max_in_flight)
+        self._slots = AsyncInFlightLimit(self.max_in_flight)
         self._lengths = QueueLengths(self.settings.max_queue_length)
         self._listener = AsyncReplyListener(
             self._listener_connection,
@@ -126,20 +174,30 @@ class AsyncToolClient:
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._background: set[asyncio.Task[None]] = set()
-        self._closed = False
+
+    def _after_fork(self) -> None:
+        """In a forked child: a fresh identity and state, bound to the child's first loop."""
+        if self._given_pool is not None:
+            self._forked_with_given_pool = True
+            return
+        self._per_process_state()
 
     def _listener_connection(self) -> redis.asyncio.Redis:
+        if self._given_pool is not None:
+            return redis.asyncio.Redis(connection_pool=self._given_pool)
+        assert self.redis_url is not None
         # No socket timeout (like the sync listener), keepalive instead: a read timeout that
         # fires while the loop was busy would drop replies BLPOP had already popped, and
         # redis-py wraps timed writes in wait_for, which on Python 3.11 can swallow a
         # cancellation. Deadlines never depend on this connection (they are loop timers).
+        # (redis-py's unix-socket connection takes no keepalive option.)
         return redis.asyncio.Redis.from_url(
             self.redis_url,
             client_name=f"toolfleet-reply-{self.client_id}",
             single_connection_client=True,
             socket_connect_timeout=self.settings.redis_timeout_s,
             socket_timeout=None,
-            socket_keepalive=True,
+            **tcp_options(self.redis_url),
         )
 
     # -- calls ---------------------------------------------------------------
@@ -281,10 +339,14 @@ class AsyncToolClient:
 
         Raises:
             ValueError: unknown format.
-            redis.RedisError: Redis unreachable.
+            ConnectionFailed: Redis unreachable or failing.
         """
+        self._check_fork()
         self._bind()
-        catalog = await self._catalog.get()
+        try:
+            catalog = await self._catalog.get()
+        except (redis.RedisError, OSError) as exc:
+            raise connection_failed(exc, self.where, "reading the tool catalog") from exc
         entries = [
             e
             for name, e in sorted(catalog.entries.items())
@@ -300,6 +362,7 @@ class AsyncToolClient:
         Returns:
             False when the call had already resolved.
         """
+        self._check_fork()
         self._bind()
         resolved = self._resolve_canceled(call_id)
         if resolved:
@@ -327,6 +390,8 @@ class AsyncToolClient:
         if self._closed:
             return
         self._closed = True
+        if self._forked_with_given_pool:  # the parent's pool: nothing of it is ours here
+            return
         if self._loop is not None:
             self._bind()
             while wait and self._listener.in_flight:
@@ -337,7 +402,8 @@ class AsyncToolClient:
             with contextlib.suppress(redis.RedisError, OSError):
                 await self._redis.delete(self.reply_to)
         await self._redis.aclose()
-        await self._pool.disconnect()
+        if self._given_pool is None:  # a caller's pool is the caller's to close
+            await self._pool.disconnect()
 
     async def __aenter__(self) -> AsyncToolClient:
         self._bind()
@@ -356,6 +422,15 @@ class AsyncToolClient:
     def _check_open(self) -> None:
         if self._closed:
             raise ClientClosedError("the client is closed")
+        self._check_fork()
+
+    def _check_fork(self) -> None:
+        if self._forked_with_given_pool:
+            raise ClientError(
+                "this AsyncToolClient was built on your redis.asyncio client/pool before "
+                "fork(): redis.asyncio pools cannot be shared with a child process; build "
+                "the client (and its pool) in the child, e.g. in gunicorn's post_fork hook"
+            )
 
     def _bind(self) -> asyncio.AbstractEventLoop:
         """The client's loop (the running one); starts the listener on first use."""

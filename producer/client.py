@@ -26,6 +26,13 @@ from toolfleet.producer._calls import (
     never_sent,
     prepare_turn_call,
 )
+from toolfleet.producer._redis import (
+    check_url,
+    connection_failed,
+    pool_of,
+    pool_where,
+    track_forks,
+)
 from toolfleet.producer.backpressure import InFlightLimit, QueueLengths, backpressure_error
 from toolfleet.producer.catalog import Catalog, CatalogReader
 from toolfleet.producer.events import CallEvent
@@ -37,6 +44,7 @@ from toolfleet.shared.errors import ClientClosedError, ClientError, Configuratio
 from toolfleet.shared.export import export_tools
 from toolfleet.shared.naming import cancel_channel, cancel_key, reply_key
 from toolfleet.shared.settings import Settings
+from toolfleet.shared.urls import redacted_url
 from toolfleet.shared.wire import CallContext, Status, ToolCallRequest, ToolCallResult
 
 __all__ = ["CallFuture", "ToolClient"]
@@ -67,17 +75,33 @@ class ToolClient:
     (:class:`~toolfleet.shared.errors.BackpressureError`, from ``submit``/``call``).
 
     Args:
-        redis_url: Redis URL; ``None`` reads ``TOOLFLEET_REDIS_URL``.
+        redis_url: Redis URL (``redis://``, ``rediss://``, ``unix://``); ``None`` reads
+            ``TOOLFLEET_REDIS_URL``.
         namespace: key prefix; ``None`` reads ``TOOLFLEET_NAMESPACE`` (default ``toolfleet``).
         settings: a :class:`Settings` object instead of the environment.
+        redis_client: a ready-made ``redis.Redis`` instead of a URL (Sentinel's
+            ``master_for``, a credential provider, a custom TLS context...). Its
+            connection pool serves the commands and the reply listener (which holds one
+            of its connections in a blocking read of up to 1 s, so a ``socket_timeout``
+            must be ``None`` or above that); it must not decode responses. The client
+            does not close it.
+        connection_pool: a ``redis.ConnectionPool`` instead (same rules).
         max_in_flight: most calls this client has published and not yet resolved.
         submit_timeout_s: seconds ``submit`` blocks for a free slot before it raises
             :class:`~toolfleet.shared.errors.BackpressureError` (never past the call's
             own deadline).
 
+    After ``os.fork()`` (gunicorn ``--preload``, Celery prefork, ``multiprocessing``),
+    the child's client has its own id, reply list, connections and threads, made on
+    its first use; calls the parent had in flight resolve ``timeout`` in the child (their
+    replies go to the parent). redis-py's sync pools reset themselves in a child, so
+    this holds for ``redis_client``/``connection_pool`` too.
+
     Raises:
-        ConfigurationError: no Redis URL was given or configured.
-        ClientError: ``max_in_flight`` below 1 or a bad ``submit_timeout_s``.
+        ConfigurationError: no Redis URL was given or configured, or it is not a Redis
+            URL (``redis+sentinel://`` included: pass ``redis_client=``).
+        ClientError: ``max_in_flight`` below 1, a bad ``submit_timeout_s``, both
+            ``redis_client`` and ``connection_pool``, or an unfit one.
     """
 
     def __init__(
@@ -86,41 +110,85 @@ class ToolClient:
         *,
         namespace: str | None = None,
         settings: Settings | None = None,
+        redis_client: redis.Redis | None = None,
+        connection_pool: redis.ConnectionPool | None = None,
         max_in_flight: int = 10_000,
         submit_timeout_s: float = 30.0,
     ) -> None:
         self.settings = settings or Settings.from_env(redis_url=redis_url, namespace=namespace)
+        self._pool: redis.ConnectionPool | None = pool_of(
+            redis_client, connection_pool, asyncio=False
+        )
         url = redis_url or self.settings.redis_url
-        if not url:
+        if self._pool is not None:
+            if redis_url:
+                raise ClientError("pass redis_url or a Redis client/pool, not both")
+            url = None
+        elif not url:
             raise ConfigurationError("no Redis URL: pass redis_url= or set TOOLFLEET_REDIS_URL")
+        else:
+            check_url(url)
         if not isinstance(max_in_flight, int) or max_in_flight < 1:
             raise ClientError("max_in_flight must be an integer >= 1")
         self.submit_timeout_s = check_timeout(submit_timeout_s)
         self.max_in_flight = max_in_flight
+        #: the Redis URL, or ``None`` for a client built on a caller's client or pool
         self.redis_url = url
+        self.where = redacted_url(url) if url else pool_where(self._pool)
         self.namespace = namespace or self.settings.namespace
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._per_process_state()
+        self._listener.start()
+        self._started = True
+        track_forks(self)
+
+    def _per_process_state(self) -> None:
+        """This process's identity, connections, catalog cache, slots and listener."""
         self.client_id = uuid.uuid4().hex
         self.reply_to = reply_key(self.namespace, self.client_id)
-        self._redis = redis.Redis.from_url(
-            url,
-            client_name=f"toolfleet-producer-{self.client_id}",
-            socket_timeout=self.settings.redis_timeout_s,
-            socket_connect_timeout=self.settings.redis_timeout_s,
-        )
+        if self._pool is not None:
+            self._redis = redis.Redis(connection_pool=self._pool)
+        else:
+            assert self.redis_url is not None
+            self._redis = redis.Redis.from_url(
+                self.redis_url,
+                client_name=f"toolfleet-producer-{self.client_id}",
+                socket_timeout=self.settings.redis_timeout_s,
+                socket_connect_timeout=self.settings.redis_timeout_s,
+            )
         self._catalog = CatalogReader(
             self._redis, self.namespace, self.settings.catalog_cache_s, self.settings.worker_ttl_s
         )
         self._publisher = Publisher(self._redis, self.namespace)
-        self._slots = InFlightLimit(max_in_flight)
+        self._slots = InFlightLimit(self.max_in_flight)
         self._lengths = QueueLengths(self.settings.max_queue_length)
         self._listener = ReplyListener(
             self._listener_connection, self.reply_to, on_timeout=self._cancel_in_fleet
         )
-        self._closed = False
+        self._start_lock = threading.Lock()
+        self._started = False
+
+    def _after_fork(self) -> None:
+        """In a forked child: a fresh identity and state; threads start on first use."""
+        orphaned = self._listener
         self._close_lock = threading.Lock()
-        self._listener.start()
+        self._per_process_state()
+        orphaned.orphan("no reply in this process: the call was made before fork()")
+
+    def _live(self) -> None:
+        """Start the listener threads if this process has not yet (a forked child)."""
+        if self._started:
+            return
+        with self._start_lock:
+            if not self._started:
+                self._listener.start()
+                self._started = True
 
     def _listener_connection(self) -> redis.Redis:
+        if self._pool is not None:
+            return redis.Redis(connection_pool=self._pool)
+        assert self.redis_url is not None
         return redis.Redis.from_url(
             self.redis_url,
             client_name=f"toolfleet-reply-{self.client_id}",
@@ -291,9 +359,13 @@ class ToolClient:
 
         Raises:
             ValueError: unknown format.
-            redis.RedisError: Redis unreachable.
+            ConnectionFailed: Redis unreachable or failing.
         """
-        catalog = self._catalog.get()
+        self._live()
+        try:
+            catalog = self._catalog.get()
+        except redis.RedisError as exc:
+            raise connection_failed(exc, self.where, "reading the tool catalog") from exc
         entries = [
             e
             for name, e in sorted(catalog.entries.items())
@@ -317,6 +389,7 @@ class ToolClient:
         Returns:
             False when the call had already resolved.
         """
+        self._live()
         resolved = self._listener.resolve(
             call_id,
             lambda request: ToolCallResult.failure(
@@ -381,6 +454,7 @@ class ToolClient:
     def _check_open(self) -> None:
         if self._closed:
             raise ClientClosedError("the client is closed")
+        self._live()
 
     def _register(
         self, request: ToolCallRequest, future: CallFuture, on_event: EventSink | None

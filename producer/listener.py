@@ -143,13 +143,25 @@ class ReplyListener:
         with self._lock:
             self._stop.set()
             self._deadline_changed.notify()
-        self._thread.join(timeout_s)
-        self._timer.join(timeout_s)
+        if self._thread.ident is not None:  # started (a forked child's may not be yet)
+            self._thread.join(timeout_s)
+            self._timer.join(timeout_s)
         with self._lock:
             pending = list(self._pending.values())
             self._pending.clear()
         for entry in pending:
             message = "the client was closed before a reply came"
+            _resolve(entry, _timeout_result(entry.request, message))
+
+    def orphan(self, message: str) -> None:
+        """In a forked child: resolve the calls copied from the parent ``timeout`` now.
+
+        Their replies go to the parent. Runs with one thread; takes no lock (one held by
+        a parent thread at the fork stays held in the child).
+        """
+        pending = list(self._pending.values())
+        self._pending = {}
+        for entry in pending:
             _resolve(entry, _timeout_result(entry.request, message))
 
     def _run(self) -> None:

@@ -1,0 +1,151 @@
+"""What both clients share about Redis: where it is, how its errors surface, and ``fork()``.
+
+- **Where**: a ``redis://``, ``rediss://`` or ``unix://`` URL, or a redis-py client or
+  connection pool the caller built (Sentinel, credential providers, custom TLS).
+  ``redis+sentinel://`` is refused with a pointer to ``redis_client=``.
+- **Errors**: at a public boundary a redis-py error becomes
+  :class:`~toolfleet.shared.errors.ConnectionFailed` naming the Redis without its password.
+- **fork()**: a client made before ``os.fork()`` (gunicorn ``--preload``, Celery prefork,
+  ``multiprocessing`` with the fork start method) gets, in the child, its own identity,
+  connections and threads on first use; :func:`track_forks` registers it with
+  ``os.register_at_fork``.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+import redis
+import redis.asyncio
+
+from toolfleet.shared.errors import ClientError, ConfigurationError, ConnectionFailed
+from toolfleet.shared.urls import redacted_url
+
+__all__ = [
+    "check_url",
+    "connection_failed",
+    "pool_of",
+    "pool_where",
+    "tcp_options",
+    "track_forks",
+]
+
+#: URL schemes redis-py's ``from_url`` serves.
+_SCHEMES = ("redis", "rediss", "unix")
+
+
+def check_url(url: str) -> str:
+    """Return ``url`` when redis-py can connect to it.
+
+    Raises:
+        ConfigurationError: no scheme, an unknown one, or ``redis+sentinel://`` (redis-py
+            has no Sentinel URLs: build ``Sentinel(...).master_for(...)`` and pass it as
+            ``redis_client=``, or ``--redis-client MODULE:ATTR`` to the worker).
+    """
+    scheme = urlsplit(url).scheme.lower() if "://" in url else ""
+    if scheme.startswith("redis+sentinel") or scheme == "sentinel":
+        raise ConfigurationError(
+            f"{redacted_url(url)}: Sentinel URLs are not supported; pass a client made by "
+            "redis.sentinel.Sentinel(...).master_for(...) as redis_client= (workers: "
+            "--redis-client MODULE:ATTR / TOOLFLEET_REDIS_CLIENT)"
+        )
+    if scheme not in _SCHEMES:
+        raise ConfigurationError(
+            f"{redacted_url(url)!r} is not a Redis URL: use redis://host:port/db, "
+            "rediss:// (TLS) or unix:///path/to/socket"
+        )
+    return url
+
+
+def tcp_options(url: str) -> dict[str, Any]:
+    """``socket_keepalive`` for TCP URLs; nothing for ``unix://`` (its connection refuses it)."""
+    return {} if url.lower().startswith("unix:") else {"socket_keepalive": True}
+
+
+def pool_of(
+    redis_client: Any,
+    connection_pool: Any,
+    *,
+    asyncio: bool,
+) -> Any:
+    """The connection pool of what the caller handed a client (``None`` when nothing).
+
+    Args:
+        redis_client: a ``redis.Redis`` (sync) or ``redis.asyncio.Redis`` (asyncio), or None.
+        connection_pool: a ``redis.ConnectionPool`` or ``redis.asyncio.ConnectionPool``
+            (or a subclass: blocking, Sentinel), or None.
+        asyncio: whether the client is ``AsyncToolClient``.
+
+    Raises:
+        ClientError: both given, the wrong flavour (sync for async or the reverse), or a
+            pool that decodes responses (toolfleet reads bytes).
+    """
+    if redis_client is None and connection_pool is None:
+        return None
+    if redis_client is not None and connection_pool is not None:
+        raise ClientError("pass redis_client= or connection_pool=, not both")
+    client_type = redis.asyncio.Redis if asyncio else redis.Redis
+    pool_type = redis.asyncio.ConnectionPool if asyncio else redis.ConnectionPool
+    flavour = "redis.asyncio" if asyncio else "redis (sync)"
+    if redis_client is not None:
+        if not isinstance(redis_client, client_type):
+            raise ClientError(f"redis_client must be a {flavour} client, not {redis_client!r}")
+        pool = redis_client.connection_pool
+    else:
+        pool = connection_pool
+    if not isinstance(pool, pool_type):
+        raise ClientError(f"connection_pool must be a {flavour} ConnectionPool, not {pool!r}")
+    if pool.connection_kwargs.get("decode_responses"):
+        raise ClientError("the Redis client must not decode responses (decode_responses=False)")
+    return pool
+
+
+def pool_where(pool: Any) -> str:
+    """A printable description of a caller's pool: its address, never its password."""
+    kwargs = pool.connection_kwargs
+    service = getattr(pool, "service_name", None)
+    if service:
+        return f"Sentinel service {service!r}"
+    if kwargs.get("path"):
+        return f"unix://{kwargs['path']}"
+    host, port, db = kwargs.get("host", "localhost"), kwargs.get("port", 6379), kwargs.get("db", 0)
+    return f"redis://{host}:{port}/{db}"
+
+
+def connection_failed(exc: BaseException, where: str, doing: str) -> ConnectionFailed:
+    """The :class:`ConnectionFailed` for a redis-py error ``exc`` while ``doing`` something.
+
+    Args:
+        exc: the redis-py (or socket) error.
+        where: the Redis, printable (a redacted URL or :func:`pool_where`).
+        doing: what failed, e.g. ``"reading the tool catalog"``.
+    """
+    return ConnectionFailed(f"Redis at {where} failed {doing}: {exc}", url=where)
+
+
+class _ForkAware(Protocol):
+    def _after_fork(self) -> None: ...
+
+
+_tracked: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _reset_children() -> None:
+    for client in list(_tracked):
+        client._after_fork()
+
+
+os.register_at_fork(after_in_child=_reset_children)
+
+
+def track_forks(client: _ForkAware) -> None:
+    """Call ``client._after_fork()`` in the child of every later ``os.fork()``.
+
+    ``_after_fork`` runs in the child right after the fork, with one thread: it must
+    only swap in fresh state (no I/O, no threads, no lock of the old state); threads and
+    connections start on the client's next use. The client is held weakly.
+    """
+    _tracked.add(client)

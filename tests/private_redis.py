@@ -1,0 +1,87 @@
+"""Private ``redis-server`` processes for tests: on a unix socket or a free loopback port."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+
+from conftest import IN_CI
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def redis_server_binary() -> str:
+    """``redis-server`` (or ``valkey-server``) on PATH; skip, or fail in CI, without one."""
+    found = shutil.which("redis-server") or shutil.which("valkey-server")
+    if not found:
+        message = "redis-server is not on PATH"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+@dataclass
+class Server:
+    """A ``redis-server`` process the test started (and stops)."""
+
+    process: subprocess.Popen[bytes]
+    url: str
+    log_path: Path
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_server(folder: Path, args: Sequence[str], url: str, *, name: str = "redis") -> Server:
+    """Start ``redis-server ARGS`` in ``folder`` (no persistence) and wait until ``url`` answers."""
+    log_path = folder / f"{name}.log"
+    argv = [redis_server_binary(), *args, "--dir", str(folder), "--logfile", str(log_path)]
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    server = Server(process, url, log_path)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"{name} exited: {log_path.read_text(errors='replace')}")
+        try:
+            if redis.Redis.from_url(url, socket_connect_timeout=0.5).ping():
+                return server
+        except redis.RedisError:
+            time.sleep(0.05)
+    server.stop()
+    raise AssertionError(f"{name} did not answer on {url}")
+
+
+def start_unix_server(folder: Path) -> Server:
+    """A private redis-server listening only on a unix socket (in a short temporary folder,
+    for the 107-byte limit of socket paths; its logs go to ``folder``)."""
+    sock = Path(tempfile.mkdtemp(prefix="tf-sock-")) / "redis.sock"
+    args = ["--port", "0", "--unixsocket", str(sock), "--save", "", "--appendonly", "no"]
+    return start_server(folder, args, f"unix://{sock}")
+
+
+def start_tcp_server(folder: Path, port: int | None = None) -> Server:
+    """A private redis-server on a free 127.0.0.1 port."""
+    port = port or free_port()
+    args = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    return start_server(folder, args, f"redis://127.0.0.1:{port}/0")
