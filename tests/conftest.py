@@ -15,11 +15,15 @@ from pathlib import Path
 import pytest
 import redis
 
-from toolfleet.shared.naming import workers_key
+from toolfleet.shared import codec
+from toolfleet.shared.naming import catalog_key, workers_key
 
 TESTS = Path(__file__).resolve().parent
 BFCL_DATA = TESTS.parents[1] / "shared" / "data" / "bfcl"
 TEST_QUEUE = "tools.fleet-test"
+#: A function the ``idle_namespace`` catalog lists on a queue nobody consumes.
+IDLE = "ext_idle_noop"
+IDLE_QUEUE = "tools.idle"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
@@ -65,6 +69,21 @@ def namespace(redis_url: str) -> Iterator[str]:
     if keys:
         client.delete(*keys)
     client.close()
+
+
+@pytest.fixture
+def idle_namespace(redis_url: str, namespace: str) -> Iterator[str]:
+    """A namespace whose catalog lists IDLE on a queue with a live heartbeat and no consumer."""
+    ns = f"{namespace}-idle-{uuid.uuid4().hex[:6]}"
+    r = redis.Redis.from_url(redis_url)
+    entry = {"name": IDLE, "description": "x", "parameters": {}, "queue": IDLE_QUEUE}
+    r.hset(catalog_key(ns), IDLE, codec.dumps(entry))
+    r.zadd(workers_key(ns, IDLE_QUEUE), {"test:0": time.time() + 3600})
+    yield ns
+    keys = list(r.scan_iter(match=f"{ns}*", count=1000))
+    if keys:
+        r.delete(*keys)
+    r.close()
 
 
 @pytest.fixture

@@ -11,14 +11,13 @@ import threading
 import time
 import tracemalloc
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 import redis.asyncio
 
-from conftest import Fleet
+from conftest import IDLE, IDLE_QUEUE, Fleet
 from toolfleet.producer import AsyncToolClient, ToolClient
 from toolfleet.producer.async_client import COMMAND_CONNECTIONS
 from toolfleet.shared import BackpressureError, ClientError, Settings, Status, codec
@@ -26,28 +25,11 @@ from toolfleet.shared.naming import catalog_key, workers_key
 
 F = "ext_fleet_test_"
 FACTORIAL = "ext_bfcl_math_factorial"
-IDLE = "ext_idle_noop"
-IDLE_QUEUE = "tools.idle"
 
 
 async def _connections(sampler: redis.asyncio.Redis, client_id: str) -> int:
     """Redis connections whose client name carries ``client_id``."""
     return sum(1 for c in await sampler.client_list() if client_id in (c.get("name") or ""))
-
-
-@pytest.fixture
-def idle_namespace(redis_url: str, namespace: str) -> Iterator[str]:
-    """A namespace whose catalog lists IDLE on a queue with a live heartbeat and no consumer."""
-    ns = f"{namespace}-idle-{uuid.uuid4().hex[:6]}"
-    r = redis.Redis.from_url(redis_url)
-    entry = {"name": IDLE, "description": "x", "parameters": {}, "queue": IDLE_QUEUE}
-    r.hset(catalog_key(ns), IDLE, codec.dumps(entry))
-    r.zadd(workers_key(ns, IDLE_QUEUE), {"test:0": time.time() + 3600})
-    yield ns
-    keys = list(r.scan_iter(match=f"{ns}*", count=1000))
-    if keys:
-        r.delete(*keys)
-    r.close()
 
 
 def test_ten_thousand_calls_in_flight_resolve_on_constant_connections(fleet: Fleet) -> None:

@@ -30,9 +30,11 @@ def _quick() -> Settings:
 def test_sync_tools_raises_connection_failed_without_the_password(dead_url: str) -> None:
     """ToolClient.tools() with nothing listening raises ConnectionFailed (not a redis error),
     naming the Redis with its password masked."""
-    with ToolClient(dead_url, settings=_quick()) as client:
-        with pytest.raises(ConnectionFailed) as caught:
-            client.tools()
+    with (
+        ToolClient(dead_url, settings=_quick()) as client,
+        pytest.raises(ConnectionFailed) as caught,
+    ):
+        client.tools()
     assert not isinstance(caught.value, redis.RedisError)
     assert PASSWORD not in str(caught.value) and PASSWORD not in caught.value.url
     assert "127.0.0.1" in str(caught.value) and "***" in caught.value.url

@@ -5,21 +5,17 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
 import redis
 
-from conftest import TEST_QUEUE, Fleet
+from conftest import IDLE, TEST_QUEUE, Fleet
 from toolfleet.producer import AsyncToolClient, ToolClient
 from toolfleet.producer.publish import Publisher
 from toolfleet.shared import ClientError, Status, codec
-from toolfleet.shared.naming import catalog_key, workers_key
 from toolfleet.shared.wire import CallContext, ToolCallRequest, new_call_id
 
 ECHO = "ext_fleet_test_echo"
-IDLE = "ext_idle_noop"
-IDLE_QUEUE = "tools.idle"
 
 
 class NewerContext(CallContext):
@@ -34,21 +30,6 @@ class NewerRequest(ToolCallRequest):
     priority: int = 7
     routing: dict[str, str] = {"region": "eu"}
     context: NewerContext = NewerContext()
-
-
-@pytest.fixture
-def idle_namespace(redis_url: str, namespace: str) -> Iterator[str]:
-    """A namespace whose catalog lists IDLE on a queue with a live heartbeat and no consumer."""
-    ns = f"{namespace}-tol-{uuid.uuid4().hex[:6]}"
-    r = redis.Redis.from_url(redis_url)
-    entry = {"name": IDLE, "description": "x", "parameters": {}, "queue": IDLE_QUEUE}
-    r.hset(catalog_key(ns), IDLE, codec.dumps(entry))
-    r.zadd(workers_key(ns, IDLE_QUEUE), {"test:0": time.time() + 3600})
-    yield ns
-    keys = list(r.scan_iter(match=f"{ns}*", count=1000))
-    if keys:
-        r.delete(*keys)
-    r.close()
 
 
 def _newer_reply(call_id: str, function: str) -> list[bytes]:
