@@ -1,8 +1,8 @@
 """What both clients share about Redis: where it is, how its errors surface, and ``fork()``.
 
-- **Where**: a ``redis://``, ``rediss://`` or ``unix://`` URL, or a redis-py client or
-  connection pool the caller built (Sentinel, credential providers, custom TLS).
-  ``redis+sentinel://`` is refused with a pointer to ``redis_client=``.
+- **Where**: a URL (checked by :func:`toolfleet.shared.urls.check_redis_url`), or a
+  redis-py client or connection pool the caller built (Sentinel, credential providers,
+  custom TLS).
 - **Errors**: at a public boundary a redis-py error becomes
   :class:`~toolfleet.shared.errors.ConnectionFailed` naming the Redis without its password.
 - **fork()**: a client made before ``os.fork()`` (gunicorn ``--preload``, Celery prefork,
@@ -16,48 +16,19 @@ from __future__ import annotations
 import os
 import weakref
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio
 
-from toolfleet.shared.errors import ClientError, ConfigurationError, ConnectionFailed
-from toolfleet.shared.urls import redacted_url
+from toolfleet.shared.errors import ClientError, ConnectionFailed
 
 __all__ = [
-    "check_url",
     "connection_failed",
     "pool_of",
     "pool_where",
     "tcp_options",
     "track_forks",
 ]
-
-#: URL schemes redis-py's ``from_url`` serves.
-_SCHEMES = ("redis", "rediss", "unix")
-
-
-def check_url(url: str) -> str:
-    """Return ``url`` when redis-py can connect to it.
-
-    Raises:
-        ConfigurationError: no scheme, an unknown one, or ``redis+sentinel://`` (redis-py
-            has no Sentinel URLs: build ``Sentinel(...).master_for(...)`` and pass it as
-            ``redis_client=``, or ``--redis-client MODULE:ATTR`` to the worker).
-    """
-    scheme = urlsplit(url).scheme.lower() if "://" in url else ""
-    if scheme.startswith("redis+sentinel") or scheme == "sentinel":
-        raise ConfigurationError(
-            f"{redacted_url(url)}: Sentinel URLs are not supported; pass a client made by "
-            "redis.sentinel.Sentinel(...).master_for(...) as redis_client= (workers: "
-            "--redis-client MODULE:ATTR / TOOLFLEET_REDIS_CLIENT)"
-        )
-    if scheme not in _SCHEMES:
-        raise ConfigurationError(
-            f"{redacted_url(url)!r} is not a Redis URL: use redis://host:port/db, "
-            "rediss:// (TLS) or unix:///path/to/socket"
-        )
-    return url
 
 
 def tcp_options(url: str) -> dict[str, Any]:

@@ -35,7 +35,6 @@ from toolfleet.producer._calls import (
     prepare_turn_call,
 )
 from toolfleet.producer._redis import (
-    check_url,
     connection_failed,
     pool_of,
     pool_where,
@@ -54,7 +53,7 @@ from toolfleet.shared.errors import ClientClosedError, ClientError, Configuratio
 from toolfleet.shared.export import export_tools
 from toolfleet.shared.naming import cancel_channel, cancel_key, reply_key
 from toolfleet.shared.settings import Settings
-from toolfleet.shared.urls import redacted_url
+from toolfleet.shared.urls import check_redis_url, redacted_url
 from toolfleet.shared.wire import CallContext, Status, ToolCallRequest, ToolCallResult
 
 __all__ = ["COMMAND_CONNECTIONS", "AsyncCallFuture", "AsyncToolClient"]
@@ -127,7 +126,7 @@ class AsyncToolClient:
         elif not url:
             raise ConfigurationError("no Redis URL: pass redis_url= or set TOOLFLEET_REDIS_URL")
         else:
-            check_url(url)
+            check_redis_url(url)
         if not isinstance(max_in_flight, int) or max_in_flight < 1:
             raise ClientError("max_in_flight must be an integer >= 1")
         self.submit_timeout_s = check_timeout(submit_timeout_s)

@@ -19,6 +19,9 @@ class Settings(BaseSettings):
     Attributes:
         redis_url: ``redis://`` or ``unix://`` URL; ``None`` means "not configured"
             (only ``toolfleet demo`` then starts an embedded Redis).
+        redis_client: ``MODULE:ATTR`` of a factory returning a ready ``redis.Redis``
+            (Sentinel, credential providers, custom TLS); when set, ``toolfleet worker``
+            and each of its processes call it instead of connecting to ``redis_url``.
         namespace: prefix of every Redis key.
         reply_ttl_s: seconds a reply list lives after its last push.
         heartbeat_interval_s: seconds between worker heartbeats and catalog refreshes.
@@ -52,6 +55,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TOOLFLEET_", extra="ignore")
 
     redis_url: str | None = None
+    redis_client: str | None = None
     namespace: str = "toolfleet"
     reply_ttl_s: int = Field(default=300, ge=1)
     heartbeat_interval_s: float = Field(default=2.0, gt=0)

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-__all__ = ["redacted_url"]
+from toolfleet.shared.errors import ConfigurationError
+
+__all__ = ["REDIS_SCHEMES", "check_redis_url", "redacted_url"]
+
+#: URL schemes redis-py's ``from_url`` serves.
+REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
 def redacted_url(url: str | None) -> str:
@@ -33,3 +38,26 @@ def redacted_url(url: str | None) -> str:
         )
         masked = masked.replace(parts.query, query, 1)
     return masked
+
+
+def check_redis_url(url: str) -> str:
+    """Return ``url`` when redis-py can connect to it (producer and worker accept the same).
+
+    Raises:
+        ConfigurationError: no scheme, an unknown one, or ``redis+sentinel://`` (redis-py
+            has no Sentinel URLs: pass ``Sentinel(...).master_for(...)`` to a client as
+            ``redis_client=``, and ``--redis-client MODULE:ATTR`` to ``toolfleet worker``).
+    """
+    scheme = urlsplit(url).scheme.lower() if "://" in url else ""
+    if scheme.startswith("redis+sentinel") or scheme == "sentinel":
+        raise ConfigurationError(
+            f"{redacted_url(url)}: Sentinel URLs are not supported; pass a client made by "
+            "redis.sentinel.Sentinel(...).master_for(...) as redis_client= (workers: "
+            "--redis-client MODULE:ATTR or TOOLFLEET_REDIS_CLIENT, a factory returning it)"
+        )
+    if scheme not in REDIS_SCHEMES:
+        raise ConfigurationError(
+            f"{redacted_url(url)!r} is not a Redis URL: use redis://host:port/db, "
+            "rediss:// (TLS) or unix:///path/to/socket"
+        )
+    return url

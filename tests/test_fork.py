@@ -14,11 +14,13 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
+import redis.asyncio
 
 from conftest import TESTS, Fleet
 from private_redis import free_port
 from toolfleet.producer import AsyncToolClient, ToolClient
-from toolfleet.shared import Status
+from toolfleet.shared import ClientError, Status
 
 ADD = "ext_fleet_test_add"
 SLEEP = "ext_fleet_test_sleep"
@@ -78,11 +80,55 @@ def test_sync_client_made_before_fork_answers_in_the_child(fleet: Fleet) -> None
     assert after.status is Status.OK and after.content == 10
 
 
+def test_sync_client_on_a_callers_redis_client_answers_in_the_child(fleet: Fleet) -> None:
+    """A ToolClient built on the caller's redis.Redis also answers in a forked child (redis-py's
+    sync pools reset themselves there), with its own client id."""
+    with ToolClient(
+        redis_client=redis.Redis.from_url(fleet.redis_url), namespace=fleet.namespace
+    ) as client:
+        assert client.call(ADD, {"a": 1, "b": 2}, timeout_s=20).content == 3
+        parent_id = client.client_id
+
+        def work() -> dict[str, Any]:
+            started = time.monotonic()
+            result = client.call(ADD, {"a": 2, "b": 2}, timeout_s=DEADLINE_S)
+            return {
+                "content": result.content,
+                "elapsed_s": time.monotonic() - started,
+                "client_id": client.client_id,
+            }
+
+        outcome = _in_child(work)
+    assert outcome.get("content") == 4, outcome
+    assert outcome["elapsed_s"] < DEADLINE_S + MARGIN_S
+    assert outcome["client_id"] != parent_id
+
+
+def test_async_client_on_a_callers_pool_fails_at_once_in_the_child(fleet: Fleet) -> None:
+    """An AsyncToolClient built on the caller's redis.asyncio client cannot follow a fork: in
+    the child its first call raises ClientError at once, naming the fix."""
+    client = AsyncToolClient(
+        redis_client=redis.asyncio.Redis.from_url(fleet.redis_url), namespace=fleet.namespace
+    )
+
+    def work() -> dict[str, Any]:
+        started = time.monotonic()
+        try:
+            asyncio.run(client.call(ADD, {"a": 1, "b": 1}, timeout_s=DEADLINE_S))
+        except ClientError as exc:
+            return {"error": str(exc), "elapsed_s": time.monotonic() - started}
+        return {"error": ""}
+
+    outcome = _in_child(work)
+    assert "post_fork" in outcome["error"], outcome
+    assert outcome["elapsed_s"] < 1.0
+
+
 def test_call_in_flight_at_fork_resolves_at_once_in_the_child(fleet: Fleet) -> None:
     """A call the parent had in flight when it forked resolves ``timeout`` in the child at
     once (its reply goes to the parent), while the parent still gets its result."""
     with ToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
-        future = client.submit(SLEEP, {"seconds": 1.0}, timeout_s=20)
+        future = client.submit(SLEEP, {"seconds": 0.5}, timeout_s=20)
 
         def work() -> dict[str, Any]:
             started = time.monotonic()

@@ -11,6 +11,7 @@ from dramatiq.broker import MessageProxy
 from dramatiq.middleware import CurrentMessage, ShutdownNotifications, SkipMessage
 
 from toolfleet.worker.consumer import FleetRedisBroker
+from toolfleet.worker.redis_factory import redis_client
 
 __all__ = ["FleetMiddleware", "fleet_middleware", "make_broker", "redis_client"]
 
@@ -69,29 +70,30 @@ class FleetMiddleware(Middleware):
             self.reject(message.args[0] if message.args else None, why)
 
 
-def redis_client(url: str, **options: Any) -> redis.Redis:
-    """A redis-py client for ``url`` (``redis://``, ``rediss://`` or ``unix://``)."""
-    return redis.Redis.from_url(url, **options)
-
-
 def fleet_middleware(broker: FleetRedisBroker) -> FleetMiddleware:
     """The :class:`FleetMiddleware` of a broker made by :func:`make_broker`."""
     return next(m for m in broker.middleware if isinstance(m, FleetMiddleware))
 
 
 def make_broker(
-    url: str, namespace: str, middleware: list[Middleware] | None = None
+    url: str,
+    namespace: str,
+    middleware: list[Middleware] | None = None,
+    *,
+    factory: str | None = None,
 ) -> FleetRedisBroker:
-    """A Redis broker for ``url`` with every key under ``namespace``.
+    """A Redis broker for ``url`` (or ``factory``'s client), every key under ``namespace``.
 
     Args:
         url: Redis URL.
         namespace: key prefix (Dramatiq's ``namespace``).
         middleware: extra middleware added after toolfleet's own set.
+        factory: ``MODULE:ATTR`` of a ``redis.Redis`` factory, used instead of ``url``
+            (Dramatiq's ``RedisBroker`` takes the ready client).
     """
     stack: list[Middleware] = [FleetMiddleware(), CurrentMessage(), ShutdownNotifications()]
     return FleetRedisBroker(  # type: ignore[no-untyped-call]
-        client=redis_client(url, health_check_interval=30),
+        client=redis_client(url, factory=factory, health_check_interval=30),
         namespace=namespace,
         middleware=stack + list(middleware or []),
     )

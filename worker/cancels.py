@@ -8,6 +8,7 @@ import threading
 import redis
 
 from toolfleet.shared.naming import cancel_channel
+from toolfleet.worker.redis_factory import redis_client
 from toolfleet.worker.toolkit import Toolkit
 
 __all__ = ["CancelListener"]
@@ -22,8 +23,11 @@ class CancelListener:
     claims it); this listener reaches calls that are already running.
     """
 
-    def __init__(self, url: str, namespace: str, toolkit: Toolkit) -> None:
+    def __init__(
+        self, url: str, namespace: str, toolkit: Toolkit, *, factory: str | None = None
+    ) -> None:
         self.url = url
+        self.factory = factory
         self.channel = cancel_channel(namespace)
         self.toolkit = toolkit
         self._stop = threading.Event()
@@ -41,7 +45,7 @@ class CancelListener:
         backoff = 0.1
         while not self._stop.is_set():
             try:
-                client = redis.Redis.from_url(self.url)
+                client = redis_client(self.url, factory=self.factory)
                 pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
                 pubsub.subscribe(self.channel)
                 backoff = 0.1

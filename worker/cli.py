@@ -22,13 +22,15 @@ from rich.table import Table
 
 from toolfleet.producer import ToolClient
 from toolfleet.shared import codec
-from toolfleet.shared.errors import ToolfleetError
+from toolfleet.shared.errors import ConfigurationError, ToolfleetError
 from toolfleet.shared.export import FORMATS
 from toolfleet.shared.naming import default_queue_for
 from toolfleet.shared.settings import Settings
+from toolfleet.shared.urls import check_redis_url
 from toolfleet.worker.cli_admin import extensions, switch
 from toolfleet.worker.cli_ops import events, health, top
 from toolfleet.worker.fleet import LocalFleet
+from toolfleet.worker.redis_factory import load_factory
 from toolfleet.worker.replay import ReplayReport, load_cases, replay, sample_file
 from toolfleet.worker.supervisor import Supervisor, WorkerOptions
 
@@ -88,12 +90,31 @@ def cli(ctx: click.Context, redis_url: str | None, namespace: str | None) -> Non
     metavar="MODULE:ATTR",
     help="Load an extension that is not installed as an entry point (repeatable).",
 )
+@click.option(
+    "--redis-client",
+    "redis_client",
+    metavar="MODULE:ATTR",
+    help="A factory returning a ready redis.Redis (e.g. Sentinel's master_for), used "
+    "instead of --redis-url; env TOOLFLEET_REDIS_CLIENT.",
+)
 @click.pass_obj
 def worker(
-    obj: _Obj, processes: int, threads: int, queues: tuple[str, ...], extensions: tuple[str, ...]
+    obj: _Obj,
+    processes: int,
+    threads: int,
+    queues: tuple[str, ...],
+    extensions: tuple[str, ...],
+    redis_client: str | None,
 ) -> None:
     """Run and supervise worker processes until SIGTERM (then drain)."""
-    obj.require_url()
+    factory = redis_client or obj.settings.redis_client
+    try:
+        if factory:
+            load_factory(factory)  # fail here, once, rather than in every process
+        else:
+            check_redis_url(obj.require_url())
+    except ConfigurationError as exc:
+        raise click.ClickException(str(exc)) from None
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -103,6 +124,7 @@ def worker(
         threads=max(1, threads),
         queues=list(queues),
         extensions=list(extensions),
+        redis_client=factory,
     )
     sys.exit(Supervisor(options).run())
 

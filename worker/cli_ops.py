@@ -180,6 +180,11 @@ def health(ctx: click.Context, mode: str | None) -> None:
     if mode == "live":
         report = check_live(settings.health_dir, settings.health_stale_s)
     else:
-        report = check_ready(settings.health_dir, settings.health_stale_s, settings.redis_url)
+        report = check_ready(
+            settings.health_dir,
+            settings.health_stale_s,
+            settings.redis_url,
+            factory=settings.redis_client,
+        )
     click.echo(report.reason, err=not report.ok)
     sys.exit(0 if report.ok else 1)

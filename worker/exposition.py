@@ -16,6 +16,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 
 from toolfleet.shared import codec
 from toolfleet.shared.naming import catalog_key, workers_key
+from toolfleet.worker.redis_factory import redis_client
 
 __all__ = ["QueueCollector", "mark_dead", "prepare_multiprocess_dir", "serve_metrics"]
 
@@ -50,8 +51,17 @@ class QueueCollector:
     messages (what KEDA scales on). Queues are those of the catalog.
     """
 
-    def __init__(self, redis_url: str, namespace: str, worker_ttl_s: float = 10.0) -> None:
-        self.client = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
+    def __init__(
+        self,
+        redis_url: str,
+        namespace: str,
+        worker_ttl_s: float = 10.0,
+        *,
+        factory: str | None = None,
+    ) -> None:
+        self.client = redis_client(
+            redis_url, factory=factory, socket_timeout=2, socket_connect_timeout=2
+        )
         self.namespace = namespace
         self.worker_ttl_s = worker_ttl_s
 
@@ -97,12 +107,15 @@ class QueueCollector:
 
 
 def serve_metrics(
-    port: int, directory: Path, redis_url: str, namespace: str
+    port: int, directory: Path, redis_url: str, namespace: str, *, factory: str | None = None
 ) -> CollectorRegistry | None:
-    """Serve ``/metrics`` on ``port`` (all interfaces); ``None`` when the port is 0 or busy."""
+    """Serve ``/metrics`` on ``port`` (all interfaces); ``None`` when the port is 0 or busy.
+
+    ``factory`` (``MODULE:ATTR``) makes the Redis client instead of ``redis_url``.
+    """
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
-    registry.register(QueueCollector(redis_url, namespace))
+    registry.register(QueueCollector(redis_url, namespace, factory=factory))
     if port:
         try:
             start_http_server(port, registry=registry)

@@ -17,6 +17,9 @@ from pathlib import Path
 
 import redis
 
+from toolfleet.shared.errors import ConfigurationError
+from toolfleet.worker.redis_factory import redis_client
+
 __all__ = ["HealthReport", "check_live", "check_ready", "remove_heartbeat", "write_heartbeat"]
 
 
@@ -101,17 +104,26 @@ def check_live(directory: Path, stale_s: float) -> HealthReport:
     return HealthReport(True, f"{len(beats)} worker processes healthy")
 
 
-def check_ready(directory: Path, stale_s: float, redis_url: str | None) -> HealthReport:
-    """Ready when live, every process has loaded its extensions, and Redis answers."""
+def check_ready(
+    directory: Path, stale_s: float, redis_url: str | None, *, factory: str | None = None
+) -> HealthReport:
+    """Ready when live, every process has loaded its extensions, and Redis answers.
+
+    ``factory`` (``MODULE:ATTR``, ``TOOLFLEET_REDIS_CLIENT``) makes the client to ping
+    instead of ``redis_url``.
+    """
     live = check_live(directory, stale_s)
     if not live.ok:
         return live
     if not all(b.get("ready") for b in _live_beats(directory)):
         return HealthReport(False, "a worker process is still starting")
-    if not redis_url:
+    if not redis_url and not factory:
         return HealthReport(False, "no Redis URL configured")
     try:
-        redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2).ping()
+        options = {"socket_timeout": 2, "socket_connect_timeout": 2}
+        redis_client(redis_url or "", factory=factory, **options).ping()
+    except ConfigurationError as exc:
+        return HealthReport(False, str(exc))
     except redis.RedisError as exc:
         return HealthReport(False, f"Redis unreachable: {exc}")
     return HealthReport(True, live.reason + ", Redis reachable")

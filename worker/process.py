@@ -49,7 +49,8 @@ EXIT_STUCK = 4
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """Parse the child's command line (written by the supervisor)."""
     parser = argparse.ArgumentParser(prog="toolfleet-worker-process")
-    parser.add_argument("--redis-url", required=True)
+    parser.add_argument("--redis-url", default="")
+    parser.add_argument("--redis-client", default=None)
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--queue", action="append", default=[])
@@ -102,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     if toolkit.needs_processes:
         toolkit.process_runner = _process_runner(args, settings, toolkit)
 
-    broker = make_broker(args.redis_url, args.namespace)
+    factory = args.redis_client or settings.redis_client  # each process calls it itself
+    broker = make_broker(args.redis_url, args.namespace, factory=factory)
     broker.heartbeat_timeout = int(settings.broker_heartbeat_timeout_s * 1000)
 
     def on_poison(queue: str, data: bytes, error: Exception) -> None:
@@ -127,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         args.worker_ttl_s,
         broker=broker,
     )
-    cancels = CancelListener(args.redis_url, args.namespace, toolkit)
+    cancels = CancelListener(args.redis_url, args.namespace, toolkit, factory=factory)
     worker = dramatiq.Worker(broker, queues=queues, worker_threads=args.threads)
     worker.start()
     publisher.start()

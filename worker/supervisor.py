@@ -24,6 +24,7 @@ from toolfleet.shared.settings import Settings
 from toolfleet.worker.exposition import mark_dead, prepare_multiprocess_dir, serve_metrics
 from toolfleet.worker.health import remove_heartbeat
 from toolfleet.worker.recovery import recover_dead_worker
+from toolfleet.worker.redis_factory import redis_client
 
 __all__ = ["Supervisor", "WorkerOptions"]
 
@@ -42,6 +43,8 @@ class WorkerOptions:
 
     Attributes:
         redis_url: Redis URL.
+        redis_client: ``MODULE:ATTR`` of a ``redis.Redis`` factory used instead of
+            ``redis_url`` (every process, the supervisor included, calls it itself).
         namespace: key prefix.
         processes: number of worker processes.
         threads: Dramatiq worker threads per process.
@@ -56,6 +59,7 @@ class WorkerOptions:
 
     redis_url: str
     namespace: str
+    redis_client: str | None = None
     processes: int = 1
     threads: int = 8
     queues: Sequence[str] = ()
@@ -94,6 +98,8 @@ class WorkerOptions:
             "--log-level",
             self.log_level,
         ]
+        if self.redis_client:
+            argv += ["--redis-client", self.redis_client]
         for queue in self.queues:
             argv += ["--queue", queue]
         for spec in self.extensions:
@@ -144,6 +150,7 @@ class Supervisor:
             self.metrics_dir,
             self.options.redis_url,
             self.options.namespace,
+            factory=self.options.redis_client,
         )
         for slot in self.slots:
             self._start(slot)
@@ -169,7 +176,7 @@ class Supervisor:
         return EXIT_NOTHING_TO_SERVE if nothing_to_serve else 0
 
     def _recover(self, pid: int) -> None:
-        client = redis.Redis.from_url(self.options.redis_url)
+        client = redis_client(self.options.redis_url, factory=self.options.redis_client)
         try:
             recover_dead_worker(client, self.options.namespace, f"{socket.gethostname()}:{pid}")
         except redis.RedisError as exc:
