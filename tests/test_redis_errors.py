@@ -7,10 +7,11 @@ import asyncio
 
 import pytest
 import redis
+import redis.asyncio
 
 from private_redis import free_port
 from toolfleet.producer import AsyncToolClient, ToolClient
-from toolfleet.shared import ConfigurationError, Settings, Status
+from toolfleet.shared import ClientError, ConfigurationError, Settings, Status
 from toolfleet.shared.errors import ConnectionFailed
 
 PASSWORD = "pw-never-printed"
@@ -93,3 +94,23 @@ def test_a_url_redis_cannot_use_is_a_configuration_error(
     with pytest.raises(ConfigurationError, match=says) as caught:
         client_class(url)
     assert ":pw@" not in str(caught.value)
+
+
+def test_a_callers_client_of_the_wrong_kind_is_misuse(redis_url: str) -> None:
+    """A sync client handed to AsyncToolClient (or the reverse), both a client and a pool,
+    or a client decoding responses, is refused with ClientError at construction."""
+    sync_client = redis.Redis.from_url(redis_url)
+    async_client = redis.asyncio.Redis.from_url(redis_url)
+    decoding = redis.Redis.from_url(redis_url, decode_responses=True)
+    with pytest.raises(ClientError, match=r"redis\.asyncio"):
+        AsyncToolClient(redis_client=sync_client)  # type: ignore[arg-type]
+    with pytest.raises(ClientError, match="sync"):
+        ToolClient(redis_client=async_client)  # type: ignore[arg-type]
+    with pytest.raises(ClientError, match="not both"):
+        ToolClient(redis_client=sync_client, connection_pool=sync_client.connection_pool)
+    with pytest.raises(ClientError, match="decode_responses"):
+        ToolClient(redis_client=decoding)
+    with pytest.raises(ClientError, match="not both"):
+        ToolClient(redis_url, redis_client=sync_client)
+    for client in (sync_client, decoding):
+        client.close()
