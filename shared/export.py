@@ -41,16 +41,24 @@ to (siblings win) while a bare ``$ref`` and ``$defs`` stay; other keywords (``ti
    recursive model) becomes ``{"anyOf": [{"$ref": ...}], <siblings>}`` instead of being
    inlined forever (the openai package recurses without end).
 3. The input is never changed (the openai package mutates the schema it is given).
+4. Keywords strict mode does not accept are moved into the property's description, which
+   the model still reads: ``default`` (``"Page size. Default: 20."``; the model sends
+   ``null`` to get it, see :mod:`toolfleet.shared.nulls`), ``minLength`` and
+   ``maxLength`` (``"At most 4000 characters."``). The worker validates arguments
+   against the original schema, so the bounds still hold.
 
 A schema strict mode would still reject (an open map such as ``dict[str, int]``,
-``oneOf``, ``patternProperties``; see :func:`strict_problems`) is exported with
-``"strict": false`` and its original schema, for that tool only, so one tool cannot make
-the API refuse a whole request.
+``oneOf``, ``patternProperties``, a value of any type; see :func:`strict_problems`) is
+exported with ``"strict": false`` and its original schema, for that tool only, so one
+tool cannot make the API refuse a whole request; the reason is logged (logger
+``toolfleet.export``, once per tool and reason).
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -64,6 +72,17 @@ _EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 _ANNOTATIONS = ("title", "description", "default", "examples")
 _DEFS_KEYS = ("$defs", "definitions")
 _STRICT_UNSUPPORTED = ("oneOf", "patternProperties")
+#: Keywords strict mode refuses that become words of the description instead.
+_TO_DESCRIPTION = {
+    "minLength": "At least {} characters.",
+    "maxLength": "At most {} characters.",
+    "default": "Default: {}.",
+}
+#: Keywords that give a schema a type (a schema with none of them accepts any value).
+_TYPING = ("type", "anyOf", "allOf", "oneOf", "$ref", "enum", "const", "not")
+
+log = logging.getLogger("toolfleet.export")
+_logged: set[tuple[str, tuple[str, ...]]] = set()
 
 
 def export_tools(entries: Iterable[Mapping[str, Any]], fmt: str = "openai") -> list[dict[str, Any]]:
@@ -113,8 +132,10 @@ def strict_problems(schema: Mapping[str, Any]) -> list[str]:
 
     Checks what pydantic models commonly produce, not all of JSON Schema: the root must
     be an object; every object must have ``additionalProperties: false`` and list every
-    property in ``required``; ``oneOf`` and ``patternProperties`` are not supported
-    (Structured Outputs guide, "Supported schemas").
+    property in ``required``; ``oneOf`` and ``patternProperties`` are not supported; a
+    property of any type (no ``type``, ``anyOf``, ``$ref``, ``enum`` ...) is not
+    supported; neither are ``default``, ``minLength`` and ``maxLength`` (Structured
+    Outputs guide, "Supported schemas").
 
     Args:
         schema: a schema, usually the output of :func:`to_strict_schema`.
@@ -132,10 +153,14 @@ def strict_problems(schema: Mapping[str, Any]) -> list[str]:
 def _collect_problems(node: Any, path: str, found: list[str]) -> None:
     if not isinstance(node, Mapping):
         return
-    for keyword in _STRICT_UNSUPPORTED:
+    for keyword in (*_STRICT_UNSUPPORTED, *_TO_DESCRIPTION):
         if keyword in node:
             found.append(f"{path}: {keyword} is not supported")
     properties = node.get("properties")
+    if isinstance(properties, Mapping):
+        for name, sub in properties.items():
+            if sub is True or (isinstance(sub, Mapping) and not _typed(sub)):
+                found.append(f"{path}/properties/{name}: a value of any type is not supported")
     if node.get("type") == "object" or isinstance(properties, Mapping):
         if node.get("additionalProperties", True) is not False:
             found.append(f"{path}: additionalProperties must be false (open objects are not)")
@@ -143,6 +168,10 @@ def _collect_problems(node: Any, path: str, found: list[str]) -> None:
             found.append(f"{path}: every property must be required")
     for child_path, child in _children(node, path):
         _collect_problems(child, child_path, found)
+
+
+def _typed(schema: Mapping[str, Any]) -> bool:
+    return any(k in schema for k in _TYPING) or "properties" in schema
 
 
 def _children(node: Mapping[str, Any], path: str) -> Iterable[tuple[str, Any]]:
@@ -188,6 +217,7 @@ class _Strictifier:
             del schema["default"]  # null is the default anyway once the field is nullable
         if "$ref" in schema and len(schema) > 1:
             return self._inline(schema)
+        _describe_refused(schema)
         return schema
 
     def _properties(self, schema: dict[str, Any]) -> None:
@@ -256,6 +286,22 @@ class _Strictifier:
         return True
 
 
+def _describe_refused(schema: dict[str, Any]) -> None:
+    """Move ``default``, ``minLength`` and ``maxLength`` into the description."""
+    words = [
+        template.format(json.dumps(schema.pop(key), ensure_ascii=False, default=str))
+        for key, template in _TO_DESCRIPTION.items()
+        if key in schema
+    ]
+    if not words:
+        return
+    description = schema.get("description")
+    text = description.rstrip() if isinstance(description, str) else ""
+    if text and text[-1] not in ".!?":
+        text += "."
+    schema["description"] = " ".join([text, *words] if text else words)
+
+
 def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
     kept = {key: schema[key] for key in _ANNOTATIONS if key in schema}
     inner = {key: value for key, value in schema.items() if key not in kept}
@@ -279,15 +325,28 @@ def _parameters(entry: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _strict_parameters(entry: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
-    """The strict schema and ``True``, or the schema as given and ``False``."""
+    """The strict schema and ``True``, or the schema as given and ``False`` (logged)."""
     plain = _parameters(entry)
     try:
         strict = to_strict_schema(plain)
-    except ValueError:
-        return plain, False
-    if strict_problems(strict):
-        return plain, False
-    return strict, True
+    except ValueError as exc:
+        problems = [f"#: {exc}"]
+    else:
+        problems = strict_problems(strict)
+        if not problems:
+            return strict, True
+    _log_not_strict(_name(entry), problems)
+    return plain, False
+
+
+def _log_not_strict(name: str, problems: list[str]) -> None:
+    key = (name, tuple(problems))
+    if key in _logged:
+        return
+    if len(_logged) > 10_000:  # a bound on memory, not a policy
+        _logged.clear()
+    _logged.add(key)
+    log.warning("%s is exported with strict false: %s", name, "; ".join(problems))
 
 
 def _openai(entry: Mapping[str, Any]) -> dict[str, Any]:

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 __all__ = [
     "FUNCTION_NAME_RE",
@@ -39,6 +40,7 @@ __all__ = [
     "extension_for",
     "extension_switch",
     "function_name",
+    "function_names",
     "is_extension_function",
     "outcome_key",
     "queue_msgs_key",
@@ -64,19 +66,53 @@ def sanitize_slug(slug: str) -> str:
     return _NOT_NAME.sub("_", slug)
 
 
-def function_name(slug: str, tool: str) -> str:
+def function_name(slug: str, tool: str, *, hashed: bool = False) -> str:
     """The function name of tool ``tool`` in extension ``slug``: ``ext_<slug>_<tool>``.
 
     Hyphens (and any other character outside ``[a-zA-Z0-9_]``) become underscores;
     case is kept (``maxPoints`` → ``ext_bfcl_maxPoints``). A name longer than 64
     characters is cut and an 8-hex-digit hash of the full name appended, so it stays
     unique and deterministic.
+
+    Args:
+        slug: the extension's slug.
+        tool: the tool's name inside its extension.
+        hashed: append an 8-hex-digit hash of the *raw* ``slug`` and ``tool`` (cutting
+            the name to fit 64 characters): the name of a tool whose plain name another
+            extension's tool also maps to (``a-b``/``c`` and ``a``/``b_c`` are both
+            ``ext_a_b_c``); see :func:`function_names`.
     """
     name = f"ext_{sanitize_slug(slug)}_{sanitize_slug(tool)}"
+    if hashed:
+        digest = hashlib.sha256(f"{slug}\0{tool}".encode()).hexdigest()[:8]
+        return f"{name[: MAX_FUNCTION_NAME - 9]}_{digest}"
     if len(name) <= MAX_FUNCTION_NAME:
         return name
     digest = hashlib.sha256(name.encode()).hexdigest()[:8]
     return f"{name[: MAX_FUNCTION_NAME - 9]}_{digest}"
+
+
+def function_names(tools: Iterable[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """Function names for a set of ``(slug, tool)`` pairs, distinct even when plain names clash.
+
+    Every pair whose plain :func:`function_name` is shared with a different pair gets
+    its hashed name (all of them, not only the later ones, so the result does not
+    depend on load order); the others keep their plain name.
+
+    Args:
+        tools: ``(slug, tool)`` pairs; repeats of one pair count once.
+
+    Returns:
+        ``{(slug, tool): function name}``.
+    """
+    by_plain: dict[str, set[tuple[str, str]]] = {}
+    for pair in tools:
+        by_plain.setdefault(function_name(*pair), set()).add(pair)
+    names: dict[tuple[str, str], str] = {}
+    for plain, pairs in by_plain.items():
+        for pair in pairs:
+            names[pair] = plain if len(pairs) == 1 else function_name(*pair, hashed=True)
+    return names
 
 
 def default_queue_for(slug: str) -> str:
@@ -129,19 +165,44 @@ def is_extension_function(name: str) -> bool:
     return name.startswith("ext_") and name.count("_") >= 2 and bool(FUNCTION_NAME_RE.match(name))
 
 
-def extension_for(name: str, slugs: Iterable[str]) -> str | None:
-    """The slug among ``slugs`` whose functions are named like ``name`` (longest match).
+def extension_for(name: str, known: Iterable[str] | Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The slug of the extension function ``name`` belongs to, or ``None``.
 
-    Function names alone are ambiguous (``ext_a_b_c`` may be slug ``a`` or ``a-b``), so
-    the known slugs (e.g. from the catalog) are needed.
+    Args:
+        name: a function name.
+        known: the catalog (function name -> entry with ``slug``, as
+            ``Catalog.entries`` holds it), or the known slugs. Function names alone are
+            ambiguous (``ext_a_b_c`` may be slug ``a`` or ``a-b``) and a hashed name
+            (a collision, see :func:`function_names`) cannot be read back, so the catalog
+            answers exactly; with slugs only, the longest matching slug wins.
     """
+    if isinstance(known, Mapping):
+        entry = known.get(name)
+        if isinstance(entry, Mapping) and isinstance(entry.get("slug"), str):
+            return str(entry["slug"])
+        slugs: Iterable[str] = {
+            str(e["slug"]) for e in known.values() if isinstance(e, Mapping) and "slug" in e
+        }
+    else:
+        slugs = known
     matches = [s for s in slugs if name.startswith(f"ext_{sanitize_slug(s)}_")]
     return max(matches, key=len) if matches else None
 
 
-def tool_name_for(name: str, slugs: Iterable[str]) -> str | None:
-    """The tool part of function ``name`` (hyphens already underscores), or ``None``."""
-    slug = extension_for(name, slugs)
+def tool_name_for(name: str, known: Iterable[str] | Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The name of the tool inside its extension that function ``name`` calls, or ``None``.
+
+    Args:
+        name: a function name.
+        known: the catalog (function name -> entry with ``tool``: the tool's own name,
+            exact even for hashed names), or the known slugs (then the rest of the name
+            after ``ext_<slug>_``, hyphens already underscores).
+    """
+    if isinstance(known, Mapping):
+        entry = known.get(name)
+        if isinstance(entry, Mapping) and isinstance(entry.get("tool"), str):
+            return str(entry["tool"])
+    slug = extension_for(name, known)
     if slug is None:
         return None
     return name[len(f"ext_{sanitize_slug(slug)}_") :]

@@ -419,31 +419,9 @@ TOOL_ERRORS: list[tuple[str, dict[str, Any]]] = [
             "weight": 70,
             "height": 170,
             "age": 30,
-            "gender": "Male",
-            "activity_level": 1,
-            "goal": "lose",
-        },
-    ),
-    (
-        "calculate_nutritional_needs",
-        {
-            "weight": 70,
-            "height": 170,
-            "age": 30,
             "gender": "male",
             "activity_level": 0,
             "goal": "lose",
-        },
-    ),
-    (
-        "calculate_nutritional_needs",
-        {
-            "weight": 70,
-            "height": 170,
-            "age": 30,
-            "gender": "male",
-            "activity_level": 3,
-            "goal": "bulk",
         },
     ),
     ("calculate_permutations", {"n": 3, "k": 5}),
@@ -535,7 +513,21 @@ INVALID_ARGUMENTS: list[tuple[str, dict[str, Any]]] = [
     ("calculate_density", {"mass": float("nan"), "volume": 1.0}),
     ("mat_mul", {"matA": [1, 2], "matB": [3, 4]}),
     ("sort_array", {"array": [1, "a"]}),
-]
+    ("math_factorial", {"n": 1_000_000}),
+    ("get_fibonacci_number", {"n": 10**9}),
+    ("get_fibonacci_sequence", {"n": 10**6}),
+    ("get_prime_factors", {"number": 10**12 + 39}),
+    (
+        "calculate_nutritional_needs",
+        {"weight": 70, "height": 170, "age": 30, "gender": "robot", "activity_level": 3,
+         "goal": "lose"},
+    ),
+    (
+        "calculate_nutritional_needs",
+        {"weight": 70, "height": 170, "age": 30, "gender": "male", "activity_level": 3,
+         "goal": "bulk"},
+    ),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("name", "arguments"), INVALID_ARGUMENTS)
@@ -544,6 +536,49 @@ def test_schema_violations_are_invalid_arguments(name: str, arguments: dict[str,
     assert model is not None
     with pytest.raises(ValidationError):
         model.model_validate(arguments)
+
+
+def test_enumerated_strings_are_declared_and_matched_to_their_canonical_value() -> None:
+    """gender and goal are schema enums; "Male" / " LOSE " mean "male" / "lose"."""
+    tool = TOOLS_BY_NAME["calculate_nutritional_needs"]
+    assert tool.arguments_model is not None
+    properties = tool.parameters()["properties"]
+    assert properties["gender"]["enum"] == ["male", "female", "other"]
+    assert properties["goal"]["enum"] == ["lose", "gain", "maintain"]
+    body = {"weight": 70, "height": 170, "age": 30, "activity_level": 3}
+    canonical = _run("calculate_nutritional_needs", {**body, "gender": "male", "goal": "lose"})
+    assert canonical == _run(
+        "calculate_nutritional_needs", {**body, "gender": "Male", "goal": " LOSE "}
+    )
+    with pytest.raises(ValidationError, match="'male', 'female' or 'other'"):
+        tool.arguments_model.model_validate({**body, "gender": "robot", "goal": "lose"})
+
+
+def test_cpu_heavy_arguments_are_bounded_in_the_schema() -> None:
+    """The largest accepted arguments are schema maxima the model reads, and each runs fast."""
+    bounds = {
+        "math_factorial": ("n", 10_000),
+        "get_prime_factors": ("number", 10**12),
+        "get_fibonacci_number": ("n", 100_000),
+        "get_fibonacci_sequence": ("n", 2_000),
+    }
+    for name, (argument, bound) in bounds.items():
+        assert TOOLS_BY_NAME[name].parameters()["properties"][argument]["maximum"] == bound
+        assert _run(name, {argument: bound}) is not None
+    with pytest.raises(ExtensionToolError, match="float range"):
+        _run("calculate_permutations", {"n": 10**9, "k": 10**6})
+    with pytest.raises(ExtensionToolError, match="float range"):
+        _run("calc_binomial_probability", {"n": 10**9, "k": 5 * 10**8, "p": 0.5})
+
+
+def test_every_builtin_function_is_idempotent() -> None:
+    """The BFCL functions are pure: all are declared idempotent, so a crash re-runs them."""
+    from toolfleet.worker.toolkit import Toolkit
+
+    toolkit = Toolkit()
+    toolkit.add_extension(extension)
+    assert len(toolkit.served) == 32
+    assert all(served.idempotent for served in toolkit.served.values())
 
 
 def test_numbers_keep_their_json_type() -> None:

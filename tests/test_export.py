@@ -7,6 +7,7 @@ with ``openai.pydantic_function_tool`` skip when it cannot be imported.
 from __future__ import annotations
 
 import copy
+import json
 import os
 from collections.abc import Iterator
 from enum import StrEnum
@@ -194,8 +195,9 @@ def test_defaulted_fields_become_nullable_where_the_sdk_keeps_them_non_nullable(
 
     The openai package makes ``size: int = 20`` required and integer-only, so the model must
     always invent a size and can never ask for the default. OpenAI's Structured Outputs guide
-    says to emulate an optional field with a union with null; we do that, keeping title and
-    default beside the anyOf (pydantic's own shape for Optional fields).
+    says to emulate an optional field with a union with null; we do that, keeping the title
+    beside the anyOf (pydantic's own shape for Optional fields) and moving the default, which
+    strict mode does not take, into the description.
     """
     ours = export_tools([_entry(Page)], "openai-strict")[0]["function"]
     sdk = _sdk_tool(Page)["function"]
@@ -208,7 +210,7 @@ def test_defaulted_fields_become_nullable_where_the_sdk_keeps_them_non_nullable(
     }
     assert ours["parameters"]["properties"]["size"] == {
         "anyOf": [{"type": "integer"}, NULL],
-        "default": 20,
+        "description": "Default: 20.",
         "title": "Size",
     }
     assert sdk["parameters"]["properties"]["sort"] == {
@@ -219,7 +221,7 @@ def test_defaulted_fields_become_nullable_where_the_sdk_keeps_them_non_nullable(
     }
     assert ours["parameters"]["properties"]["sort"] == {
         "anyOf": [{"enum": ["asc", "desc"], "type": "string"}, NULL],
-        "default": "asc",
+        "description": 'Default: "asc".',
         "title": "Sort",
     }
     # Everything else is the same: the required field, required list, closed object.
@@ -235,7 +237,8 @@ def test_combination_differs_from_sdk_only_in_defaulted_fields() -> None:
     Same as the openai package (described ``$ref`` inlined, bare ``$ref`` kept, ``$defs``
     closed and fully required, ``default: null`` dropped, ``minimum`` kept) except for the
     deliberate difference: the two fields with non-null defaults, ``color`` (an enum
-    ``$ref`` with a default, inlined by both) and ``passengers``, are nullable in ours.
+    ``$ref`` with a default, inlined by both) and ``passengers``, are nullable in ours, and
+    their default is words of the description.
     """
     ours = export_tools([_entry(Booking)], "openai-strict")[0]["function"]
     sdk = _sdk_tool(Booking)["function"]
@@ -248,6 +251,9 @@ def test_combination_differs_from_sdk_only_in_defaulted_fields() -> None:
         annotations = {k: theirs[k] for k in ("title", "description", "default") if k in theirs}
         body = {k: v for k, v in theirs.items() if k not in annotations}
         assert NULL not in theirs.get("anyOf", []), f"{key}: the SDK keeps it non-nullable"
+        default = annotations.pop("default")
+        described = " ".join(filter(None, [annotations.pop("description", ""), "Default:"]))
+        annotations["description"] = f"{described} {json.dumps(default)}."
         assert mine == {"anyOf": [body, NULL], **annotations}, key
     assert ours == sdk
     # The described nested model was inlined (like the SDK), the Optional one kept as $ref.
@@ -296,8 +302,7 @@ def test_optional_properties_become_nullable_in_a_hand_written_schema() -> None:
     assert props["city"] == {"type": "string", "description": "City"}
     assert props["days"] == {
         "anyOf": [{"type": "integer"}, NULL],
-        "description": "How many days",
-        "default": 3,
+        "description": "How many days. Default: 3.",
     }
     assert props["unit"] == schema["properties"]["unit"]
     assert props["anything"] == {"description": "any JSON value"}
@@ -325,7 +330,7 @@ def test_a_union_default_is_widened_not_nested() -> None:
     }
     assert to_strict_schema(schema)["properties"]["x"] == {
         "anyOf": [{"type": "integer"}, {"type": "string"}, NULL],
-        "default": 1,
+        "description": "Default: 1.",
     }
 
 

@@ -12,7 +12,8 @@ Policy (each case gives one terminal reply, never a worker traceback):
 - Values are validated with the tool's pydantic model in lax mode (``"20"`` is accepted
   for an integer); a failure names each argument and why ("p: field required").
 - ``null`` for an optional argument whose type refuses ``None`` counts as left out
-  (OpenAI strict mode sends it for "use the default").
+  (OpenAI strict mode sends it for "use the default"; the rule is
+  :func:`toolfleet.shared.nulls.drop_default_nulls`).
 - A top-level array or object sent as a JSON string where the schema wants one is
   decoded and validated again.
 """
@@ -20,17 +21,15 @@ Policy (each case gives one terminal reply, never a worker traceback):
 from __future__ import annotations
 
 import contextlib
-import types
-from typing import Any, Union, get_args, get_origin
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from toolfleet.shared import codec
 from toolfleet.shared.errors import InvalidArgumentsError
+from toolfleet.shared.nulls import drop_default_nulls
 
 __all__ = ["parse_arguments"]
-
-_UNIONS = (Union, types.UnionType)
 
 _CONTAINER_ERRORS = {
     "list_type",
@@ -57,7 +56,7 @@ def parse_arguments(raw: dict[str, Any] | str | None, model: type[BaseModel]) ->
     """
     value = _decode(raw, has_fields=bool(model.model_fields))
     _reject_extra(value, model)
-    value = _drop_nulls_for_defaults(value, model)
+    value = drop_default_nulls(value, model)
     try:
         return model.model_validate(value)
     except ValidationError as exc:
@@ -103,50 +102,6 @@ def _reject_extra(value: dict[str, Any], model: type[BaseModel]) -> None:
     if extra:
         label = "unexpected argument" if len(extra) == 1 else "unexpected arguments"
         raise InvalidArgumentsError(f"{label}: {', '.join(sorted(map(str, extra)))}")
-
-
-def _drop_nulls_for_defaults(value: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
-    """``null`` for an optional argument whose type refuses ``None`` means "left out".
-
-    OpenAI strict mode makes every optional property required and nullable, so a model
-    sends ``null`` where it means "use the default" (``toolfleet.shared.export``).
-    Applied at every level of nested models.
-    """
-    out = dict(value)
-    for name, info in model.model_fields.items():
-        key = info.alias if isinstance(info.alias, str) and info.alias in out else name
-        if key not in out:
-            continue
-        item = out[key]
-        if item is None and not info.is_required() and not _accepts_none(info.annotation):
-            del out[key]
-            continue
-        nested = _model_in(info.annotation)
-        if nested is not None and isinstance(item, dict):
-            out[key] = _drop_nulls_for_defaults(item, nested)
-        elif nested is not None and isinstance(item, list):
-            out[key] = [
-                _drop_nulls_for_defaults(x, nested) if isinstance(x, dict) else x for x in item
-            ]
-    return out
-
-
-def _accepts_none(annotation: Any) -> bool:
-    if annotation is None or annotation is type(None) or annotation is Any:
-        return True
-    return any(
-        _accepts_none(arg) for arg in get_args(annotation) if get_origin(annotation) in _UNIONS
-    )
-
-
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in get_args(annotation):
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
 
 
 def _decode_nested_strings(value: dict[str, Any], exc: ValidationError) -> dict[str, Any] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -13,6 +14,7 @@ from pydantic import BaseModel
 
 from toolfleet.shared import codec
 from toolfleet.shared.errors import ConfigurationError, ExtensionToolError, InvalidArgumentsError
+from toolfleet.shared.naming import function_names
 from toolfleet.shared.spec import ToolSpec
 from toolfleet.shared.tool import Extension, ExtensionContext
 from toolfleet.shared.wire import Status, ToolCallRequest, ToolCallResult, ToolEvent
@@ -33,6 +35,8 @@ log = logging.getLogger("toolfleet.worker")
 
 #: What the model reads when a tool fails unexpectedly (the traceback stays in the log).
 CRASH_MESSAGE = "the tool failed unexpectedly; the error was logged (ref {ref})"
+
+_CLASH = "%s clashes with another extension's tool: served as %s"
 
 #: Seconds between two progress events of one call (more are dropped).
 PROGRESS_INTERVAL_S = 0.2
@@ -107,18 +111,37 @@ class Toolkit:
         if extension.slug in self.extensions:
             raise ConfigurationError(f"extension {extension.slug!r} is loaded already")
         settings = load_settings(extension, self.secrets_dir)
-        served = [self._serve(extension, spec, settings) for spec in specs]
-        taken = [s.function for s in served if s.function in self.served]
-        if taken:
-            raise ConfigurationError(
-                f"extension {extension.slug!r}: function names already served: {', '.join(taken)}"
-            )
+        served = self._named([self._serve(extension, spec, settings) for spec in specs])
         self.extensions[extension.slug] = extension
         self.redactor.add(secret_values(settings))
         for switch in extension.switches:
             self.switches.defaults[extension.switch_name(switch.name)] = switch.default
         for item in served:
             self.served[item.function] = item
+
+    def _named(self, new: list[ServedTool]) -> list[ServedTool]:
+        """Give ``new`` and the functions served already distinct names.
+
+        Tools of two extensions whose plain names clash (``a-b``/``c`` and ``a``/``b_c``
+        are both ``ext_a_b_c``) all get hashed names (:func:`function_names`), so both
+        extensions serve; a served function renamed this way is re-keyed.
+        """
+        pairs = [(s.extension.slug, s.spec.name) for s in [*self.served.values(), *new]]
+        names = function_names(pairs)
+        for function, item in list(self.served.items()):
+            name = names[(item.extension.slug, item.spec.name)]
+            if name != function:
+                del self.served[function]
+                self.served[name] = dataclasses.replace(item, function=name)
+                log.warning(_CLASH, function, name)
+        named = []
+        for item in new:
+            name = names[(item.extension.slug, item.spec.name)]
+            if name != item.function:
+                log.warning(_CLASH, item.function, name)
+                item = dataclasses.replace(item, function=name)
+            named.append(item)
+        return named
 
     @staticmethod
     def _serve(extension: Extension, spec: ToolSpec, settings: BaseModel | None) -> ServedTool:
@@ -300,7 +323,7 @@ class Toolkit:
             fields = {name: getattr(context, name) for name in _PLAIN_CONTEXT_FIELDS}
             return self.process_runner.run(
                 served.function,
-                arguments.model_dump(mode="python", by_alias=True),
+                arguments.model_dump(mode="python", by_alias=True, exclude_unset=True),
                 fields,
                 self.switches.snapshot(),
                 limit_s,

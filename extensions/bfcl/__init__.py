@@ -53,6 +53,7 @@ from toolfleet.extensions.bfcl.stats import (
     LinearRegression,
 )
 from toolfleet.shared import Extension, Tool
+from toolfleet.shared.manifest import ToolOptions
 
 __all__ = ["TOOLS", "extension"]
 
@@ -101,4 +102,7 @@ extension = Extension(
     ),
     tools=TOOLS,
     timeout_s=30.0,
+    # Every function is pure (its result depends on its arguments alone, and it changes
+    # nothing), so a call whose worker died is re-run instead of answered ``crashed``.
+    tool_options={tool.name: ToolOptions(idempotent=True) for tool in TOOLS},
 )

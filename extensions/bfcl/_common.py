@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BeforeValidator, WithJsonSchema
 
@@ -20,7 +20,9 @@ __all__ = [
     "Integer",
     "Number",
     "arithmetic_guard",
+    "choice",
     "ensure_finite",
+    "refuse_beyond_float_range",
     "sum_in_order",
 ]
 
@@ -56,6 +58,49 @@ Number = Annotated[
 Keeping integers exact reproduces the reference's result types (``5 + 2 * 10`` is the
 integer ``25``, while ``0 + 9.8 * 12`` is a double).
 """
+
+
+def choice(*values: str) -> Any:
+    """A string parameter with a fixed set of values, declared as an ``enum`` in the schema.
+
+    Matching ignores case and surrounding blanks and gives the canonical value (``"Male"``
+    is ``"male"``); anything else is ``invalid_arguments`` listing the allowed values
+    (pydantic's ``Input should be 'male', 'female' or 'other'``).
+
+    Args:
+        values: the canonical values, in the order the schema lists them.
+
+    Returns:
+        An ``Annotated[Literal[...], ...]`` type for a pydantic field.
+    """
+    canonical = {value.casefold(): value for value in values}
+
+    def match(value: Any) -> Any:
+        if isinstance(value, str):
+            return canonical.get(value.strip().casefold(), value)
+        return value
+
+    literal: Any = Literal.__getitem__(values)
+    return Annotated[literal, BeforeValidator(match)]
+
+
+def refuse_beyond_float_range(log10_value: float, message: str) -> None:
+    """Refuse, before computing it, a count whose float would overflow.
+
+    ``math.perm`` and ``math.comb`` of large arguments take seconds of CPU (holding the
+    GIL) to build an integer that ``float()`` then refuses; the logarithm from
+    ``math.lgamma`` tells in microseconds. Values near the limit (a ``log10`` between
+    308.25 and 309) are left to the exact computation, which is cheap there.
+
+    Args:
+        log10_value: the base-10 logarithm of the count.
+        message: the error message.
+
+    Raises:
+        ExtensionToolError: when the count is clearly beyond the double range.
+    """
+    if log10_value > 309:
+        raise ExtensionToolError(message)
 
 
 def sum_in_order(values: Iterable[int | float]) -> int | float:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from toolfleet.extensions.bfcl._common import Integer, Number, arithmetic_guard, ensure_finite
+from toolfleet.extensions.bfcl._common import (
+    Integer,
+    Number,
+    arithmetic_guard,
+    choice,
+    ensure_finite,
+)
 from toolfleet.shared import ExtensionContext, ExtensionToolError, Tool
 
 __all__ = [
@@ -28,11 +34,15 @@ class CalculateNutritionalNeedsArguments(BaseModel):
     weight: Number = Field(description="The weight of the person in kilograms.")
     height: Number = Field(description="The height of the person in centimeters.")
     age: Number = Field(description="The age of the person in years.")
-    gender: str = Field(description="The gender of the person: male, female or other.")
+    gender: choice(*_GENDERS) = Field(  # type: ignore[valid-type]
+        description="The gender of the person: male, female or other."
+    )
     activity_level: Integer = Field(
         description="The activity level of the person, from 1 (sedentary) to 5 (very active)."
     )
-    goal: str = Field(description="The goal of the person: lose, gain or maintain.")
+    goal: choice(*_GOAL_ADJUSTMENTS) = Field(  # type: ignore[valid-type]
+        description="The goal of the person: lose, gain or maintain."
+    )
 
 
 class CalculateNutritionalNeeds(Tool):

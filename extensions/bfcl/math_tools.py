@@ -7,10 +7,14 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from toolfleet.extensions.bfcl._common import Integer, arithmetic_guard
+from toolfleet.extensions.bfcl._common import Integer, arithmetic_guard, refuse_beyond_float_range
 from toolfleet.shared import ExtensionContext, ExtensionToolError, Tool
 
 __all__ = [
+    "MAX_FACTORIAL",
+    "MAX_FACTORIZED",
+    "MAX_FIBONACCI_INDEX",
+    "MAX_FIBONACCI_SEQUENCE",
     "AddBinaryNumbers",
     "AddBinaryNumbersArguments",
     "CalculatePermutations",
@@ -28,6 +32,18 @@ __all__ = [
     "MathLcm",
     "MathLcmArguments",
 ]
+
+# Bounds that keep one call well under 0.1 s of CPU on a slow core (a thread tool holds
+# the GIL, and with it every other call of its process, for as long as it computes):
+MAX_FACTORIAL = 10_000
+"""Largest ``n`` of ``math_factorial``: 10000! has 35,660 digits (about 20 ms)."""
+MAX_FACTORIZED = 10**12
+"""Largest ``number`` of ``get_prime_factors``: trial division to 10**6 (about 50 ms)."""
+MAX_FIBONACCI_INDEX = 100_000
+"""Largest ``n`` of ``get_fibonacci_number``: F(100000) has 20,899 digits (about 10 ms)."""
+MAX_FIBONACCI_SEQUENCE = 2_000
+"""Largest ``n`` of ``get_fibonacci_sequence``: 0.4 MB of digits, under the result limit."""
+_LN10 = math.log(10)
 
 _BINARY = re.compile(r"[01]+")
 
@@ -66,7 +82,9 @@ class MathFactorialArguments(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    n: Integer = Field(description="The number to calculate the factorial of.")
+    n: Integer = Field(
+        le=MAX_FACTORIAL, description="The number to calculate the factorial of (at most 10000)."
+    )
 
 
 class MathFactorial(Tool):
@@ -131,7 +149,10 @@ class GetPrimeFactorsArguments(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    number: Integer = Field(description="The number to calculate the prime factors of.")
+    number: Integer = Field(
+        le=MAX_FACTORIZED,
+        description="The number to calculate the prime factors of (at most 10**12).",
+    )
 
 
 class GetPrimeFactors(Tool):
@@ -180,7 +201,9 @@ class GetFibonacciNumberArguments(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     n: Integer = Field(
-        description="The position (from 1) of the Fibonacci number to return; F(1) = 0."
+        le=MAX_FIBONACCI_INDEX,
+        description="The position (from 1) of the Fibonacci number to return; F(1) = 0 "
+        "(at most 100000).",
     )
 
 
@@ -207,7 +230,10 @@ class GetFibonacciSequenceArguments(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    n: Integer = Field(description="The number of Fibonacci numbers to calculate.")
+    n: Integer = Field(
+        le=MAX_FIBONACCI_SEQUENCE,
+        description="The number of Fibonacci numbers to calculate (at most 2000).",
+    )
 
 
 class GetFibonacciSequence(Tool):
@@ -255,6 +281,8 @@ class CalculatePermutations(Tool):
         n, k = arguments.n, arguments.k
         if not 0 <= k <= n:
             raise ExtensionToolError(f"k must satisfy 0 <= k <= n, got n={n}, k={k}")
+        message = "n and k are too large: the count exceeds the float range"
+        refuse_beyond_float_range((math.lgamma(n + 1) - math.lgamma(n - k + 1)) / _LN10, message)
         count = math.perm(n, k)
         with arithmetic_guard("n and k are too large: the count exceeds the float range"):
             return float(count)

@@ -11,6 +11,7 @@ from toolfleet.extensions.bfcl._common import (
     Number,
     arithmetic_guard,
     ensure_finite,
+    refuse_beyond_float_range,
     sum_in_order,
 )
 from toolfleet.shared import ExtensionContext, ExtensionToolError, Tool
@@ -56,6 +57,8 @@ class CalcBinomialProbability(Tool):
         if not 0 <= p <= 1:
             raise ExtensionToolError(f"p must be between 0 and 1, got {p}")
         message = "n is too large: the binomial coefficient exceeds the float range"
+        log_comb = math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+        refuse_beyond_float_range(log_comb / math.log(10), message)
         with arithmetic_guard(message):
             coefficient = float(math.comb(n, k))
             result = coefficient * ((p**k) * ((1 - p) ** (n - k)))

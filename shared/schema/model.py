@@ -32,8 +32,10 @@ Field rules:
 
 - A required property has no default. An optional one defaults to the schema's
   ``default``, else ``None``, and also accepts an explicit ``null``: a ``null`` for an
-  optional property whose schema does not allow ``null`` means "use the default" (OpenAI
-  strict mode makes models send ``null`` for arguments they leave out).
+  optional property whose schema does not allow ``null`` means "not sent", so it is not
+  in ``model_fields_set`` and ``model_dump(exclude_unset=True)`` leaves it out (OpenAI
+  strict mode makes models send ``null`` for arguments they leave out; the rule is
+  :func:`toolfleet.shared.nulls.drop_default_nulls`).
 - Unknown arguments are rejected (``extra="forbid"``), in nested objects too, unless the
   object's schema opens itself with ``additionalProperties: true`` or a schema (then
   extra keys are kept, unvalidated).
@@ -49,9 +51,8 @@ from __future__ import annotations
 import functools
 import operator
 import re
-import types
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -66,6 +67,7 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
+from toolfleet.shared.nulls import drop_default_nulls
 from toolfleet.shared.schema._fields import field_names
 from toolfleet.shared.schema.errors import SchemaError
 
@@ -133,29 +135,28 @@ class _Builder:
             raise SchemaError(f"{name}.required: expected a list of names")
         properties = {**properties, **{r: {} for r in required if r not in properties}}
         fields: dict[str, Any] = {}
-        null_means_default: set[str] = set()
         for prop, field_name in field_names(properties).items():
             sub = properties[prop]
             hint = f"{name}_{_NOT_WORD.sub('_', prop)}"
-            annotation, info, null_is_default = self._field(
-                prop, field_name, sub, prop in required, hint
-            )
-            fields[field_name] = (annotation, info)
-            if null_is_default:
-                null_means_default.add(prop)
+            fields[field_name] = self._field(prop, field_name, sub, prop in required, hint)
         description = schema.get("description")
         return create_model(
             name,
             __config__=_config(schema),
             __doc__=description if isinstance(description, str) else None,
-            __validators__=_null_validators(frozenset(null_means_default)),
+            __validators__={"null_means_default": _NULL_MEANS_DEFAULT},
             **fields,
         )
 
     def _field(
         self, prop: str, field_name: str, sub: Any, required: bool, hint: str
-    ) -> tuple[Any, FieldInfo, bool]:
-        """The annotation and FieldInfo of one property, and whether null means default."""
+    ) -> tuple[Any, FieldInfo]:
+        """The annotation and FieldInfo of one property.
+
+        An optional property keeps its schema's type (``None`` is its default only when
+        the schema has none): a ``null`` sent for it is dropped before validation by
+        :func:`toolfleet.shared.nulls.drop_default_nulls`, so it counts as not sent.
+        """
         annotation = self.annotation(sub, hint)
         info: dict[str, Any] = {}
         if field_name != prop:
@@ -163,10 +164,9 @@ class _Builder:
         if isinstance(sub, Mapping) and isinstance(sub.get("description"), str):
             info["description"] = sub["description"]
         if required:
-            return annotation, Field(..., **info), False
+            return annotation, Field(..., **info)
         default = sub.get("default") if isinstance(sub, Mapping) else None
-        null_is_default = default is not None and not _allows_null(annotation)
-        return annotation | None, Field(default, **info), null_is_default
+        return annotation, Field(default, **info)
 
     def annotation(self, schema: object, hint: str) -> Any:
         if schema is True or schema == {}:
@@ -248,17 +248,12 @@ def _config(schema: Mapping[str, Any]) -> ConfigDict:
     )
 
 
-def _null_validators(props: frozenset[str]) -> dict[str, Any] | None:
-    """A before-validator dropping ``null`` for optional properties that have a default."""
-    if not props:
-        return None
+def _drop_default_nulls(cls: type[BaseModel], data: Any) -> Any:
+    """Before validation: ``null`` for an optional property that refuses it means "not sent"."""
+    return drop_default_nulls(data, cls) if isinstance(data, dict) else data
 
-    def drop_nulls(cls: type[BaseModel], data: Any) -> Any:
-        if isinstance(data, dict):
-            return {k: v for k, v in data.items() if v is not None or k not in props}
-        return data
 
-    return {"null_means_default": model_validator(mode="before")(drop_nulls)}
+_NULL_MEANS_DEFAULT: Any = model_validator(mode="before")(_drop_default_nulls)
 
 
 def _merge_all_of(schema: Mapping[str, Any], hint: str) -> dict[str, Any]:
@@ -313,15 +308,3 @@ def _union(parts: list[Any]) -> Any:
         if not any(part is seen or part == seen for seen in unique):
             unique.append(part)
     return functools.reduce(operator.or_, unique)
-
-
-def _allows_null(annotation: Any) -> bool:
-    """Whether ``annotation`` accepts ``None`` (read from its structure)."""
-    if annotation is Any or annotation is None or annotation is type(None):
-        return True
-    origin = get_origin(annotation)
-    if origin is Annotated:
-        return _allows_null(get_args(annotation)[0])
-    if origin in (Union, types.UnionType, Literal):
-        return any(arg is None or _allows_null(arg) for arg in get_args(annotation))
-    return False
