@@ -15,6 +15,7 @@ from typing import Any
 
 import redis
 
+from toolfleet.producer.affinity import Routes
 from toolfleet.producer.backpressure import QueueLengths
 from toolfleet.producer.catalog import Catalog
 from toolfleet.producer.turns import TurnCall
@@ -147,13 +148,18 @@ def arguments_size(request: ToolCallRequest) -> int:
 
 
 def admit(
-    request: ToolCallRequest, catalog: Catalog, settings: Settings, lengths: QueueLengths
+    request: ToolCallRequest,
+    catalog: Catalog,
+    settings: Settings,
+    lengths: QueueLengths,
+    routes: Routes | None = None,
 ) -> str | Refusal:
     """The queue to publish ``request`` on, or why the producer answers it itself.
 
     Checks, in order: argument size, a catalog entry, a live worker (and enabled,
     switched on, available to the account), then room in the queue (which reserves one
-    message of it in ``lengths``).
+    message of it in ``lengths``). A conversation's call to a tool with session
+    affinity goes to the route its last result named while it is live (``routes``).
 
     Raises:
         ClientError: arguments that are not JSON.
@@ -179,7 +185,7 @@ def admit(
             "(TOOLFLEET_MAX_QUEUE_LENGTH): the fleet is overloaded, try again later"
         )
         return Refusal(Status.REJECTED, message)
-    return queue
+    return routes.route(request, catalog, queue) if routes is not None else queue
 
 
 def local_result(request: ToolCallRequest, status: Status, message: str) -> ToolCallResult:
@@ -206,6 +212,7 @@ def prepare_turn_call(
     unreachable: str,
     settings: Settings,
     lengths: QueueLengths,
+    routes: Routes | None = None,
 ) -> ToolCallResult | tuple[str, ToolCallRequest]:
     """A turn's call, ready to publish as ``(queue, request)``, or answered at once.
 
@@ -220,6 +227,7 @@ def prepare_turn_call(
         unreachable: why Redis was unreachable.
         settings: the client's settings.
         lengths: the queue-length accounting.
+        routes: the client's session-affinity routes.
     """
     if call.problem:
         return ToolCallResult(
@@ -253,7 +261,7 @@ def prepare_turn_call(
     if catalog is None:
         return local_result(request, Status.NOT_AVAILABLE, f"Redis unreachable: {unreachable}")
     try:
-        admitted = admit(request, catalog, settings, lengths)
+        admitted = admit(request, catalog, settings, lengths, routes)
     except ClientError as exc:
         return local_result(request, Status.REJECTED, str(exc))
     if isinstance(admitted, Refusal):

@@ -41,10 +41,12 @@ from toolfleet.producer._redis import (
     tcp_options,
     track_forks,
 )
+from toolfleet.producer.affinity import Routes, learn_route
 from toolfleet.producer.async_listener import AsyncCallFuture, AsyncReplyListener
 from toolfleet.producer.backpressure import AsyncInFlightLimit, QueueLengths, backpressure_error
 from toolfleet.producer.catalog import AsyncCatalogReader, Catalog
-from toolfleet.producer.events import CallEvent
+from toolfleet.producer.events import CallEvent, preparing_event
+from toolfleet.producer.hooks import fire_requested
 from toolfleet.producer.listener import EventSink, present
 from toolfleet.producer.publish import AsyncPublisher
 from toolfleet.producer.stream import TurnState, TurnStream
@@ -164,6 +166,8 @@ class AsyncToolClient:
         self._publisher = AsyncPublisher(self._redis, self.namespace)
         self._slots = AsyncInFlightLimit(self.max_in_flight)
         self._lengths = QueueLengths(self.settings.max_queue_length)
+        self._routes = Routes()
+        self._catalog.watch = self._routes.queues
         self._listener = AsyncReplyListener(
             self._listener_connection,
             self.reply_to,
@@ -236,7 +240,7 @@ class AsyncToolClient:
         except redis.RedisError as exc:
             message = f"Redis unreachable: {exc}"
             return _done(future, local_result(request, Status.NOT_AVAILABLE, message))
-        admitted = admit(request, catalog, self.settings, self._lengths)
+        admitted = admit(request, catalog, self.settings, self._lengths, self._routes)
         if isinstance(admitted, Refusal):
             return _done(future, local_result(request, admitted.status, admitted.message))
         if not await self._slots.acquire():
@@ -355,6 +359,26 @@ class AsyncToolClient:
         present([str(e.get("name")) for e in entries], account, format)
         return tools
 
+    async def preparing(
+        self,
+        function: str,
+        partial_arguments: str | dict[str, Any] | None = None,
+        *,
+        tool_call_id: str | None = None,
+        index: int = 0,
+    ) -> CallEvent:
+        """The ``preparing`` event of a call still being written (see ``ToolClient.preparing``).
+
+        Raises:
+            redis.RedisError: Redis unreachable.
+        """
+        self._bind()
+        catalog = await self._catalog.get(function)
+        return preparing_event(
+            catalog.entries.get(function), function, partial_arguments,
+            tool_call_id=tool_call_id, index=index,
+        )  # fmt: skip
+
     async def cancel(self, call_id: str) -> bool:
         """Cancel a call made by this client (see ``ToolClient.cancel``).
 
@@ -445,6 +469,9 @@ class AsyncToolClient:
         self, request: ToolCallRequest, future: AsyncCallFuture, on_event: EventSink | None
     ) -> None:
         """Expect ``request``'s reply; the slot it holds is given back when it resolves."""
+        fire_requested(request)
+        if request.context.conversation:
+            future.add_done_callback(lambda done: learn_route(self._routes, request, done))
         try:
             self._listener.expect(request, future, on_event)
         except RuntimeError:
@@ -501,6 +528,7 @@ class AsyncToolClient:
                 unreachable=unreachable,
                 settings=self.settings,
                 lengths=self._lengths,
+                routes=self._routes,
             )
             if isinstance(prepared, ToolCallResult):
                 state.answer(call.index, prepared)

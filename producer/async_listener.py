@@ -20,6 +20,7 @@ from typing import Any
 import redis
 import redis.asyncio
 
+from toolfleet.producer.hooks import fire_responded
 from toolfleet.producer.listener import (
     DRAIN_BATCH,
     MAX_WAIT_S,
@@ -47,6 +48,7 @@ class _Pending:
     """One call waiting for its reply: what a result needs, not the whole request."""
 
     __slots__ = (
+        "account",
         "call_id",
         "function",
         "future",
@@ -65,6 +67,7 @@ class _Pending:
         timer: asyncio.TimerHandle,
     ) -> None:
         self.call_id = request.id
+        self.account = request.context.account
         self.tool_call_id = request.tool_call_id
         self.function = request.function
         self.timeout_s = request.timeout_s
@@ -272,3 +275,4 @@ def _resolve(entry: _Pending, result: ToolCallResult) -> None:
     if not entry.future.done():
         observe_call(entry.function, result.status, entry.sent_at)
         entry.future.set_result(result)
+        fire_responded(result, entry.account)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +83,9 @@ class Catalog:
 class CatalogReader:
     """Caches the catalog for ``cache_s`` seconds; re-reads early on a miss.
 
+    Set :attr:`watch` to a callable listing more queues whose liveness and length each
+    read also fetches (the session-affinity routes, :mod:`toolfleet.producer.affinity`).
+
     Args:
         client: Redis client.
         namespace: key prefix.
@@ -102,6 +105,7 @@ class CatalogReader:
         self.worker_ttl_s = worker_ttl_s
         self._lock = threading.Lock()
         self._snapshot: Catalog | None = None
+        self.watch: Callable[[], Iterable[str]] | None = None
 
     def get(self, function: str | Iterable[str] | None = None) -> Catalog:
         """A fresh-enough snapshot of the catalog.
@@ -125,7 +129,7 @@ class CatalogReader:
     def _read(self) -> Catalog:
         raw = self.client.hgetall(catalog_key(self.namespace))
         entries = _entries(raw)
-        queues = _queues(entries)
+        queues = _queues(entries, self.watch)
         pipe = self.client.pipeline(transaction=False)
         for command in _status_commands(self.namespace, queues, self.worker_ttl_s):
             getattr(pipe, command[0])(*command[1:])
@@ -153,6 +157,7 @@ class AsyncCatalogReader:
         self.worker_ttl_s = worker_ttl_s
         self._snapshot: Catalog | None = None
         self._reading: asyncio.Future[Catalog] | None = None
+        self.watch: Callable[[], Iterable[str]] | None = None
 
     async def get(
         self, function: str | Iterable[str] | None = None, *, wait_s: float | None = None
@@ -189,7 +194,7 @@ class AsyncCatalogReader:
     async def _read(self) -> Catalog:
         raw = await self.client.hgetall(catalog_key(self.namespace))
         entries = _entries(raw)
-        queues = _queues(entries)
+        queues = _queues(entries, self.watch)
         pipe = self.client.pipeline(transaction=False)
         for command in _status_commands(self.namespace, queues, self.worker_ttl_s):
             getattr(pipe, command[0])(*command[1:])
@@ -220,8 +225,11 @@ def _entries(raw: dict[Any, Any]) -> dict[str, dict[str, Any]]:
     return entries
 
 
-def _queues(entries: dict[str, dict[str, Any]]) -> list[str]:
-    return sorted({str(e.get("queue")) for e in entries.values()})
+def _queues(
+    entries: dict[str, dict[str, Any]], watch: Callable[[], Iterable[str]] | None = None
+) -> list[str]:
+    watched = set(watch()) if watch is not None else set()
+    return sorted({str(e.get("queue")) for e in entries.values()} | watched)
 
 
 def _status_commands(

@@ -32,9 +32,11 @@ from toolfleet.producer._redis import (
     pool_where,
     track_forks,
 )
+from toolfleet.producer.affinity import Routes, learn_route
 from toolfleet.producer.backpressure import InFlightLimit, QueueLengths, backpressure_error
 from toolfleet.producer.catalog import Catalog, CatalogReader
-from toolfleet.producer.events import CallEvent
+from toolfleet.producer.events import CallEvent, preparing_event
+from toolfleet.producer.hooks import fire_requested
 from toolfleet.producer.listener import EventSink, ReplyListener, present
 from toolfleet.producer.publish import Publisher
 from toolfleet.producer.stream import TurnState
@@ -162,6 +164,8 @@ class ToolClient:
         self._publisher = Publisher(self._redis, self.namespace)
         self._slots = InFlightLimit(self.max_in_flight)
         self._lengths = QueueLengths(self.settings.max_queue_length)
+        self._routes = Routes()
+        self._catalog.watch = self._routes.queues
         self._listener = ReplyListener(
             self._listener_connection, self.reply_to, on_timeout=self._cancel_in_fleet
         )
@@ -244,7 +248,7 @@ class ToolClient:
             return _done(
                 future, local_result(request, Status.NOT_AVAILABLE, f"Redis unreachable: {exc}")
             )
-        admitted = admit(request, catalog, self.settings, self._lengths)
+        admitted = admit(request, catalog, self.settings, self._lengths, self._routes)
         if isinstance(admitted, Refusal):
             return _done(future, local_result(request, admitted.status, admitted.message))
         if not self._slots.acquire():
@@ -374,6 +378,43 @@ class ToolClient:
         present([str(e.get("name")) for e in entries], account, format)
         return tools
 
+    def preparing(
+        self,
+        function: str,
+        partial_arguments: str | dict[str, Any] | None = None,
+        *,
+        tool_call_id: str | None = None,
+        index: int = 0,
+    ) -> CallEvent:
+        """The ``preparing`` event of a tool call the model is still writing.
+
+        For a caller that streams the model's answer and assembles each tool call's
+        arguments from deltas: call it as deltas arrive to show the tool's preparation
+        description (multi-llm-ts's ``getPreparationDescription``) before the call can be
+        made. Nothing is published; the catalog is read (cached).
+
+        Args:
+            function: the function name (complete: it comes first in a stream).
+            partial_arguments: the argument text received so far (or an object).
+            tool_call_id: the model's id for the call, if known.
+            index: the call's position among the turn's tool calls.
+
+        Returns:
+            A :class:`CallEvent` of kind ``preparing`` whose ``description`` is the
+            tool's text with the arguments received so far filled in (``None`` when the
+            tool has none or the function is unknown).
+
+        Raises:
+            ClientClosedError: the client is closed.
+            redis.RedisError: Redis unreachable.
+        """
+        self._check_open()
+        catalog = self._catalog.get(function)
+        return preparing_event(
+            catalog.entries.get(function), function, partial_arguments,
+            tool_call_id=tool_call_id, index=index,
+        )  # fmt: skip
+
     def cancel(self, call_id: str) -> bool:
         """Cancel a call made by this client.
 
@@ -459,6 +500,9 @@ class ToolClient:
         self, request: ToolCallRequest, future: CallFuture, on_event: EventSink | None
     ) -> None:
         """Expect ``request``'s reply; the slot it holds is given back when it resolves."""
+        fire_requested(request)
+        if request.context.conversation:
+            future.add_done_callback(lambda done: learn_route(self._routes, request, done))
         future.add_done_callback(self._slots.release)
         try:
             self._listener.expect(request, future, on_event)
@@ -515,6 +559,7 @@ class ToolClient:
                 unreachable=unreachable,
                 settings=self.settings,
                 lengths=self._lengths,
+                routes=self._routes,
             )
             if isinstance(prepared, ToolCallResult):
                 state.answer(call.index, prepared)

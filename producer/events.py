@@ -2,6 +2,10 @@
 
 One call's events come in this order, each at most once except ``progress``::
 
+    preparing   (only from ``client.preparing(function, partial_arguments)``, which a
+                caller assembling streamed arguments asks for itself, before the call
+                exists) ``description`` is the tool's preparation description with the
+                partial arguments filled in; ``call_id`` is ``""``
     queued      published to its queue (absent when the producer answered the call itself:
                 unknown function, no live worker, malformed call, queue full)
     running     a worker started the tool; ``description`` is the tool's
@@ -16,15 +20,18 @@ Exactly one ``result`` per call, always last.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from toolfleet.shared.preparing import preparation_text
 from toolfleet.shared.wire import Status, ToolCallResult
 
-__all__ = ["CallEvent", "EventKind"]
+__all__ = ["CallEvent", "EventKind", "preparing_event"]
 
 #: The kinds of :class:`CallEvent`, in the order one call goes through them.
-EventKind = Literal["queued", "running", "progress", "result"]
+EventKind = Literal["preparing", "queued", "running", "progress", "result"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +39,7 @@ class CallEvent:
     """One status change of one call of a turn.
 
     Attributes:
-        kind: ``queued``, ``running``, ``progress`` or ``result``.
+        kind: ``preparing``, ``queued``, ``running``, ``progress`` or ``result``.
         index: the call's position among the turn's tool calls (0-based), the order of
             the messages ``dispatch`` returns; tells apart calls that share a
             ``tool_call_id``.
@@ -64,3 +71,38 @@ class CallEvent:
     def status(self) -> Status | None:
         """The result's status (``result`` events), else ``None``."""
         return self.result.status if self.result is not None else None
+
+
+def preparing_event(
+    entry: Mapping[str, Any] | None,
+    function: str,
+    partial: str | Mapping[str, Any] | None,
+    *,
+    tool_call_id: str | None = None,
+    index: int = 0,
+) -> CallEvent:
+    """The ``preparing`` event of a call the model is still writing.
+
+    Args:
+        entry: the function's catalog entry (``None`` when unknown: no description).
+        function: the function name streamed so far.
+        partial: the argument text streamed so far.
+        tool_call_id: the model's id for the call, if known yet.
+        index: the call's position in the turn.
+
+    Returns:
+        A :class:`CallEvent` of kind ``preparing``; ``description`` is ``None`` when the
+        tool has no preparation description.
+    """
+    now = time.time()
+    template = entry.get("preparation") if entry is not None else None
+    return CallEvent(
+        kind="preparing",
+        index=index,
+        call_id="",
+        tool_call_id=tool_call_id or "",
+        function=function,
+        at=now,
+        received_at=now,
+        description=preparation_text(template if isinstance(template, str) else None, partial),
+    )

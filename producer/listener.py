@@ -19,6 +19,7 @@ from typing import Any
 
 import redis
 
+from toolfleet.producer.hooks import fire_responded
 from toolfleet.shared import codec
 from toolfleet.shared.signals import tool_presented
 from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallRequest, ToolCallResult, ToolEvent
@@ -274,6 +275,7 @@ def _resolve(entry: _Pending, result: ToolCallResult) -> None:
     if not entry.future.done():
         observe_call(entry.request.function, result.status, entry.request.sent_at)
         entry.future.set_result(result)
+        fire_responded(result, entry.request.context.account)
 
 
 def present(functions: list[str], account: str | None, format: str) -> None:  # noqa: A002

@@ -50,6 +50,7 @@ class TurnState:
         self._emit = emit
         self._phase = [_NEW] * n
         self._held: dict[int, list[ToolEvent]] = {}
+        self._canceled_descriptions: dict[int, str] = {}
         self._lock = threading.Lock()
 
     @property
@@ -106,6 +107,8 @@ class TurnState:
     # -- internals -----------------------------------------------------------------
 
     def _worker_event(self, index: int, event: ToolEvent) -> None:
+        if event.canceled_description:  # shown if this client resolves a cancel itself
+            self._canceled_descriptions[index] = event.canceled_description
         with self._lock:
             phase = self._phase[index]
             if phase == _NEW:
@@ -130,6 +133,10 @@ class TurnState:
                 return
             self._phase[index] = _DONE
             self._held.pop(index, None)
+            canceled = self._canceled_descriptions.pop(index, None)
+            if result.status is Status.CANCELED and result.description is None and canceled:
+                result = result.model_copy(update={"description": canceled})
+                self.results[index] = result
             if self._emit is not None:
                 call = self.turn.calls[index]
                 message = result_message(self.turn.family, call, result)

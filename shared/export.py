@@ -20,6 +20,11 @@ JSON Schema object, as pydantic's ``model_json_schema()`` writes it) and, option
 ``mcp``             ``{"name", "title"?, "description", "inputSchema"}`` — Model Context
                     Protocol specification, server features, tools (``Tool``; ``title`` is
                     the human-readable name, taken from ``display_name``).
+``display``         for user interfaces, not for a model: ``{"name", "display_name",
+                    "description", "display_description", "preparation", "parameters":
+                    [{"name", "type", "description", "display_description",
+                    "required"}]}`` (``display_*`` fall back to ``name`` /
+                    ``description``; RAGFlow's ``displayName`` / ``displayDescription``).
 ==================  ==================================================================
 
 Strict schemas follow what the official ``openai`` Python package does in
@@ -65,7 +70,7 @@ from typing import Any
 __all__ = ["FORMATS", "export_tools", "strict_problems", "to_strict_schema"]
 
 #: Every format :func:`export_tools` renders.
-FORMATS = ("openai", "openai-strict", "responses", "anthropic", "mcp")
+FORMATS = ("openai", "openai-strict", "responses", "anthropic", "mcp", "display")
 
 _EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 #: Annotations kept beside ``anyOf`` when a property is made nullable (pydantic's shape).
@@ -91,8 +96,9 @@ def export_tools(entries: Iterable[Mapping[str, Any]], fmt: str = "openai") -> l
     Args:
         entries: catalog entries: ``name``, ``description`` and ``parameters`` (JSON
             Schema object; ``{"type": "object", "properties": {}}`` when absent), optional
-            ``display_name`` (becomes MCP's ``title``) and ``display_description`` (for
-            people; no format sends it to the model).
+            ``display_name`` (becomes MCP's ``title``), ``display_description`` and
+            ``display_parameters`` (for people: only the ``display`` format shows them,
+            no format sends them to a model).
         fmt: one of :data:`FORMATS` (shapes and sources in the module docstring).
 
     Returns:
@@ -397,10 +403,40 @@ def _mcp(entry: Mapping[str, Any]) -> dict[str, Any]:
     return tool
 
 
+def _display(entry: Mapping[str, Any]) -> dict[str, Any]:
+    schema = _parameters(entry)
+    properties = schema.get("properties")
+    required = set(schema.get("required") or ())
+    shown = entry.get("display_parameters") or {}
+    parameters = [
+        {
+            "name": name,
+            "type": sub.get("type") if isinstance(sub, Mapping) else None,
+            "description": str(sub.get("description") or "") if isinstance(sub, Mapping) else "",
+            "display_description": str(
+                shown.get(name)
+                or (sub.get("description") if isinstance(sub, Mapping) else "")
+                or ""
+            ),
+            "required": name in required,
+        }
+        for name, sub in (properties.items() if isinstance(properties, Mapping) else ())
+    ]
+    return {
+        "name": _name(entry),
+        "display_name": str(entry.get("display_name") or _name(entry)),
+        "description": _description(entry),
+        "display_description": str(entry.get("display_description") or _description(entry)),
+        "preparation": entry.get("preparation"),
+        "parameters": parameters,
+    }
+
+
 _RENDERERS: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
     "openai": _openai,
     "openai-strict": _openai_strict,
     "responses": _responses,
     "anthropic": _anthropic,
     "mcp": _mcp,
+    "display": _display,
 }

@@ -1,5 +1,9 @@
 """Extension manifests: ``extension.toml``, or ``[tool.toolfleet]`` in a pyproject.toml.
 
+``[tool.smarter]`` (the table Smarter-style extensions declare themselves in) is read as
+an alias of ``[tool.toolfleet]``, with the same keys; a pyproject with both tables is
+refused (which one is meant?).
+
 Example ``extension.toml``::
 
     slug = "date-calculator"
@@ -205,10 +209,15 @@ class Manifest(BaseModel):
         return value
 
 
+#: The pyproject tables a manifest may live in: ours, and Smarter's as an alias.
+PYPROJECT_TABLES = ("toolfleet", "smarter")
+
+
 def find_manifest(folder: Path) -> Path | None:
     """The manifest file of ``folder``.
 
-    ``extension.toml``, else a ``pyproject.toml`` with a ``[tool.toolfleet]`` table, else ``None``.
+    ``extension.toml``, else a ``pyproject.toml`` with a ``[tool.toolfleet]`` (or
+    ``[tool.smarter]``) table, else ``None``.
     """
     candidate = folder / "extension.toml"
     if candidate.is_file():
@@ -219,7 +228,7 @@ def find_manifest(folder: Path) -> Path | None:
             data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError:
             return pyproject  # let read_manifest report it
-        if "toolfleet" in data.get("tool", {}):
+        if any(table in data.get("tool", {}) for table in PYPROJECT_TABLES):
             return pyproject
     return None
 
@@ -236,7 +245,16 @@ def read_manifest(path: Path) -> Manifest:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigurationError(f"{path}: {exc}") from None
     if path.name == "pyproject.toml":
-        data = data.get("tool", {}).get("toolfleet", {})
+        tables = [t for t in PYPROJECT_TABLES if t in data.get("tool", {})]
+        if len(tables) > 1:
+            raise ConfigurationError(
+                f"{path}: both [tool.toolfleet] and [tool.smarter] are present; keep one "
+                "([tool.smarter] is read as an alias of [tool.toolfleet])"
+            )
+        table = tables[0] if tables else "toolfleet"
+        data = data.get("tool", {}).get(table, {})
+        if not isinstance(data, dict):
+            raise ConfigurationError(f"{path}: [tool.{table}] must be a table")
     try:
         return Manifest.model_validate(data)
     except ValidationError as exc:

@@ -29,6 +29,7 @@ __all__ = [
     "FUNCTION_NAME_RE",
     "MAX_FUNCTION_NAME",
     "actor_name_for",
+    "affinity_queue_for",
     "brokers_key",
     "cancel_channel",
     "cancel_key",
@@ -118,6 +119,17 @@ def function_names(tools: Iterable[tuple[str, str]]) -> dict[tuple[str, str], st
 def default_queue_for(slug: str) -> str:
     """The queue an extension's calls go to unless its manifest names one: ``tools.<slug>``."""
     return "tools." + _NOT_QUEUE.sub("_", slug)
+
+
+def affinity_queue_for(queue: str, slot: str) -> str:
+    """The queue only worker slot ``slot`` consumes, for calls with session affinity.
+
+    ``<queue>.slot.<slot>`` with characters outside Dramatiq's queue names replaced, e.g.
+    ``tools.python.slot.host-1234-0``. A slot is one supervised process place (host,
+    supervisor, index): a process that dies is replaced in the same slot and serves
+    the same queue.
+    """
+    return f"{queue}.slot.{_NOT_QUEUE.sub('_', slot)}"
 
 
 def actor_name_for(queue: str) -> str:

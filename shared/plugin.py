@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-__all__ = ["MetadataPlugin", "metadata_to_schema"]
+__all__ = ["MetadataPlugin", "metadata_display", "metadata_to_schema"]
 
 _TYPE_NAMES = {
     "string": "string",
@@ -69,6 +69,9 @@ class MetadataPlugin:
 def metadata_to_schema(parameters: dict[str, Any]) -> dict[str, Any]:
     """Turn a metadata ``parameters`` mapping into a JSON Schema object.
 
+    ``displayDescription`` stays out of the schema (it is for people, not the model);
+    :func:`metadata_display` collects it.
+
     Args:
         parameters: ``{arg: {type, description, displayDescription?, required?, enum?,
             items?, default?}}``.
@@ -98,3 +101,12 @@ def metadata_to_schema(parameters: dict[str, Any]) -> dict[str, Any]:
     if required:
         schema["required"] = required
     return schema
+
+
+def metadata_display(parameters: dict[str, Any]) -> dict[str, str]:
+    """The ``displayDescription`` of each parameter that has one: ``{arg: text}``."""
+    return {
+        name: str(spec["displayDescription"])
+        for name, spec in parameters.items()
+        if isinstance(spec, dict) and spec.get("displayDescription")
+    }

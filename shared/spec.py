@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from toolfleet.shared.manifest import RetryPolicy
 from toolfleet.shared.naming import FUNCTION_NAME_RE
-from toolfleet.shared.plugin import MetadataPlugin, metadata_to_schema
+from toolfleet.shared.plugin import MetadataPlugin, metadata_display, metadata_to_schema
 from toolfleet.shared.schema import model_from_schema
 from toolfleet.shared.tool import Tool
 from toolfleet.shared.toolkit import Delegate, DynamicTool, Toolkit
@@ -32,6 +32,12 @@ __all__ = ["ToolSpec", "specs_from"]
 
 Invoke = Callable[[BaseModel, Any], Any]
 Describe = Callable[[str, BaseModel, Any], "str | None"]
+
+#: Method or attribute names that say whether a tool is offered now (multi-llm-ts's
+#: ``isEnabled()``, Python spellings); a callable is called, a value read as a bool.
+_ENABLED_NAMES = ("is_enabled", "isEnabled", "enabled")
+#: Names of a tool's preparation text (multi-llm-ts's ``getPreparationDescription``).
+_PREPARATION_NAMES = ("preparation_description", "getPreparationDescription")
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,13 @@ class ToolSpec:
         idempotent, isolation, retry: execution options (see ``Tool``).
         describe: ``describe(stage, arguments, result)`` -> UI text for ``running``,
             ``completed`` or ``canceled`` (class tools' ``*_description`` methods).
+        display_parameters: ``{argument: displayDescription}`` for user interfaces.
+        is_enabled: ``is_enabled()`` -> whether the tool is offered and run now
+            (re-evaluated at every catalog refresh); ``None``: always.
+        affinity: ``"conversation"`` for session affinity (see ``Tool.affinity``).
+        preparation: ``preparation()`` -> the text a UI shows while the model is still
+            writing the arguments, with ``{argument}`` placeholders filled from the
+            partial arguments by :func:`toolfleet.shared.preparing.preparation_text`.
     """
 
     name: str
@@ -68,6 +81,10 @@ class ToolSpec:
     isolation: str | None = None
     retry: RetryPolicy | None = None
     describe: Describe | None = None
+    display_parameters: dict[str, str] | None = None
+    is_enabled: Callable[[], bool] | None = None
+    preparation: Callable[[], str | None] | None = None
+    affinity: str | None = None
 
 
 def specs_from(obj: Any) -> tuple[list[ToolSpec], list[str]]:
@@ -90,9 +107,55 @@ def specs_from(obj: Any) -> tuple[list[ToolSpec], list[str]]:
             return _from_dynamic(obj)
         if isinstance(obj, Delegate):
             return _from_delegate(obj)
+        if _is_plugin_shaped(obj):  # e.g. a RAGFlow plugin on RAGFlow's own base class
+            return _from_plugin(obj() if isinstance(obj, type) else obj)
     except Exception as exc:  # noqa: BLE001 - a broken definition is a problem, not a crash
         return [], [f"{_label(obj)}: {type(exc).__name__}: {exc}"]
     return [], [f"{_label(obj)}: not a tool (Tool subclass, MetadataPlugin, Toolkit or delegate)"]
+
+
+def _is_plugin_shaped(obj: Any) -> bool:
+    """A class (or instance) with ``get_metadata()`` and ``invoke(**kwargs)``."""
+    return callable(getattr(obj, "get_metadata", None)) and callable(getattr(obj, "invoke", None))
+
+
+def _enabled_probe(cls: type) -> Callable[[], bool] | None:
+    """``is_enabled()`` of a tool class that declares one of :data:`_ENABLED_NAMES`."""
+    for name in _ENABLED_NAMES:
+        declared = inspect.getattr_static(cls, name, None)
+        if declared is None or declared is inspect.getattr_static(Tool, name, None):
+            continue
+
+        def probe(_name: str = name) -> bool:
+            value = getattr(cls(), _name)
+            return bool(value() if callable(value) else value)
+
+        return probe
+    return None
+
+
+def _preparation_probe(cls: type, tool_name: str) -> Callable[[], str | None] | None:
+    """The preparation text of a tool class (a string, or a method given the tool's name)."""
+    for name in _PREPARATION_NAMES:
+        declared = inspect.getattr_static(cls, name, None)
+        if declared is None:
+            continue
+
+        def probe(_name: str = name) -> str | None:
+            value = getattr(cls(), _name)
+            if callable(value):
+                value = value(tool_name) if _takes_an_argument(value) else value()
+            return None if value is None else str(value)
+
+        return probe
+    return None
+
+
+def _takes_an_argument(method: Callable[..., Any]) -> bool:
+    try:
+        return len(inspect.signature(method).parameters) >= 1
+    except (TypeError, ValueError):
+        return False
 
 
 def _merge(parts: Any) -> tuple[list[ToolSpec], list[str]]:
@@ -140,6 +203,9 @@ def _from_class(cls: type[Tool]) -> tuple[list[ToolSpec], list[str]]:
         isolation=cls.isolation,
         retry=cls.retry,
         describe=_describer(cls),
+        is_enabled=_enabled_probe(cls),
+        preparation=_preparation_probe(cls, cls.name),
+        affinity=cls.affinity,
     )
     return [spec], []
 
@@ -164,7 +230,7 @@ def _describer(cls: type[Tool]) -> Describe | None:
     return describe
 
 
-def _from_plugin(plugin: MetadataPlugin) -> tuple[list[ToolSpec], list[str]]:
+def _from_plugin(plugin: Any) -> tuple[list[ToolSpec], list[str]]:
     label = type(plugin).__name__
     meta = plugin.get_metadata()
     name = meta.get("name")
@@ -175,7 +241,8 @@ def _from_plugin(plugin: MetadataPlugin) -> tuple[list[ToolSpec], list[str]]:
         problems.append(f"{label}: invoke(**kwargs) is not implemented")
     if problems:
         return [], problems
-    schema = metadata_to_schema(meta.get("parameters") or {})
+    parameters = meta.get("parameters") or {}
+    schema = metadata_to_schema(parameters)
     plugin_class = type(plugin)
 
     def invoke(arguments: BaseModel, context: Any) -> Any:
@@ -191,6 +258,9 @@ def _from_plugin(plugin: MetadataPlugin) -> tuple[list[ToolSpec], list[str]]:
         display_name=meta.get("displayName"),
         display_description=meta.get("displayDescription"),
         kind="metadata",
+        display_parameters=metadata_display(parameters) or None,
+        is_enabled=_enabled_probe(plugin_class),
+        preparation=_preparation_probe(plugin_class, str(name)),
     )
     return [spec], []
 

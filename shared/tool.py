@@ -119,6 +119,16 @@ class Tool:
             after its worker died, and retried when ``retry`` says so).
         isolation: ``thread`` or ``process``; ``None`` takes the extension's.
         retry: a :class:`~toolfleet.shared.manifest.RetryPolicy`, for idempotent tools.
+        affinity: ``"conversation"`` for a tool that keeps state in the worker process
+            between a conversation's calls: the producer sends the conversation's next
+            calls to that process while it lives (:mod:`toolfleet.producer.affinity`).
+
+    Optional, in the shapes other tool frameworks use: ``is_enabled()`` (or
+    ``isEnabled()``, or an ``enabled`` attribute) — a tool that answers false is neither
+    offered nor run (asked at every catalog refresh); ``preparation_description`` (a
+    string, or a method given the tool's name; or ``getPreparationDescription(tool)``) —
+    what a UI shows while the model is still writing the call, ``{argument}``
+    placeholders filled from the partial arguments (:mod:`toolfleet.shared.preparing`).
 
     Subclasses implement ``call(self, arguments, context)``, plain or ``async``, and
     return any JSON value (or a pydantic model).
@@ -131,6 +141,7 @@ class Tool:
     idempotent: ClassVar[bool] = False
     isolation: ClassVar[str | None] = None
     retry: ClassVar[RetryPolicy | None] = None
+    affinity: ClassVar[str | None] = None
 
     def call(self, arguments: Any, context: ExtensionContext) -> Any:
         """Run the tool. Override in a subclass (sync or ``async def``)."""
@@ -185,6 +196,8 @@ class Tool:
             found.append("call must take (self, arguments, context)")
         if not cls.tool_description():
             found.append("no description (docstring or description attribute)")
+        if cls.affinity not in (None, "conversation"):
+            found.append(f"affinity {cls.affinity!r} must be None or 'conversation'")
         return found
 
 

@@ -96,6 +96,34 @@ class Toolkit:
         """The tool called ``name``, or ``None``."""
         return self._tools.get(name)
 
+    def export(self, format: str = "openai", *, slug: str | None = None) -> list[dict[str, Any]]:  # noqa: A002
+        """The toolkit's tools as a model API tool list.
+
+        Args:
+            format: one of :data:`toolfleet.shared.export.FORMATS` (``openai``,
+                ``openai-strict``, ``responses``, ``anthropic``, ``mcp``, ``display``).
+            slug: name the tools as the fleet serves them in the extension ``slug``
+                (``ext_<slug>_<tool>``); ``None`` keeps the tools' own names.
+
+        Returns:
+            One tool per ``deftool``, in definition order.
+
+        Raises:
+            ValueError: unknown format.
+        """
+        from toolfleet.shared.export import export_tools
+        from toolfleet.shared.naming import function_name
+
+        entries = [
+            {
+                "name": function_name(slug, tool.name) if slug is not None else tool.name,
+                "description": tool.description,
+                "parameters": tool.parameters,
+            }
+            for tool in self._tools.values()
+        ]
+        return export_tools(entries, format)
+
 
 @runtime_checkable
 class Delegate(Protocol):

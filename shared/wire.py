@@ -151,6 +151,9 @@ class ToolCallResult(BaseModel):
         worker: ``host:pid`` of the worker process that answered, if any.
         description: the tool's own words for the outcome, for a user interface (e.g.
             "Fetched the weather for Paris"), when the tool defines them.
+        route: for a tool with session affinity, the queue the conversation's next
+            calls should go to (only the worker slot holding its state consumes it);
+            see :mod:`toolfleet.producer.affinity`.
     """
 
     model_config = ConfigDict(extra="ignore")
@@ -164,6 +167,7 @@ class ToolCallResult(BaseModel):
     run_s: float | None = None
     worker: str | None = None
     description: str | None = None
+    route: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -217,6 +221,9 @@ class ToolEvent(BaseModel):
         kind: ``running`` (a worker started it) or ``progress`` (the tool reported).
         description: human-readable text for a user interface, if any.
         at: Unix epoch seconds when it happened.
+        canceled_description: on ``running``, the tool's ``canceled_description`` for
+            these arguments, computed when it starts: a producer that resolves a cancel
+            itself (at once, without waiting for the worker) still shows it.
     """
 
     model_config = ConfigDict(extra="ignore")
@@ -225,6 +232,7 @@ class ToolEvent(BaseModel):
     kind: Literal["running", "progress"]
     description: str | None = None
     at: float = Field(default_factory=time.time)
+    canceled_description: str | None = None
 
 
 class ReplyEnvelope(BaseModel):

@@ -188,13 +188,26 @@ def _size_bound(raw: Any) -> int:
 
 
 def declare_actors(
-    broker: RedisBroker, worker: Worker, queues: set[str]
+    broker: RedisBroker,
+    worker: Worker,
+    queues: set[str],
+    *,
+    private: dict[str, str] | None = None,
 ) -> list[dramatiq.Actor[Any, Any]]:
-    """Declare the generic actor of each queue on ``broker``."""
-    actors = []
-    for queue in sorted(queues):
+    """Declare the generic actor of each queue on ``broker``.
 
-        def call_tool(raw: Any, *, _queue: str = queue) -> None:
+    Args:
+        broker: this process's broker.
+        worker: answers the messages.
+        queues: the queues served.
+        private: queue only this process's slot consumes -> the queue it stands in for
+            (session affinity); its calls are answered and counted as that queue's.
+    """
+    actors = []
+    served = {queue: queue for queue in queues} | (private or {})
+    for queue, counted_as in sorted(served.items()):
+
+        def call_tool(raw: Any, *, _queue: str = counted_as) -> None:
             worker.handle(raw, _queue)
 
         declare = dramatiq.actor(

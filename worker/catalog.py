@@ -64,8 +64,11 @@ class CatalogPublisher:
         """Write catalog entries and heartbeats once (one pipelined round trip)."""
         now = time.time()
         pipe = self.client.pipeline(transaction=False)
+        states = self.toolkit.refresh_tool_states()
         entries = {
-            name: codec.dumps(served.catalog_entry())
+            name: codec.dumps(
+                served.catalog_entry(enabled=states[name][0], preparation=states[name][1])
+            )
             for name, served in self.toolkit.served.items()
             if served.queue in self.queues
         }

@@ -1,8 +1,11 @@
 """Find extensions: the ``toolfleet.extensions`` entry points, ``MODULE:ATTR`` specs, and folders.
 
 A folder is an extension when it holds a manifest (``extension.toml``, or a
-``pyproject.toml`` with ``[tool.toolfleet]``); its ``entry = "module:attr"`` names the
-tools inside the folder (the folder is put on ``sys.path``). A source that fails to
+``pyproject.toml`` with ``[tool.toolfleet]`` or its alias ``[tool.smarter]``); its
+``entry = "module:attr"`` names the tools inside the folder (the folder is put on
+``sys.path``). A RAGFlow plugin file (``from plugin.llm_tool_plugin import
+LLMToolPlugin``) imports unchanged: the loader aliases that module to
+:mod:`toolfleet.shared.ragflow` when no ``plugin`` package is installed. A source that fails to
 import, has an invalid manifest, or is not an extension is reported in the returned
 error map and skipped; it never stops the others.
 """
@@ -19,6 +22,7 @@ from typing import Any
 
 from toolfleet.shared.errors import ConfigurationError
 from toolfleet.shared.manifest import Manifest, find_manifest, read_manifest
+from toolfleet.shared.ragflow import install_import_alias
 from toolfleet.shared.tool import Extension
 
 __all__ = [
@@ -50,6 +54,7 @@ def _as_extension(obj: Any, what: str, manifest: Manifest | None = None) -> Exte
 
 
 def _resolve(module_name: str, attr: str) -> Any:
+    install_import_alias()  # RAGFlow plugin files import plugin.llm_tool_plugin
     obj: Any = importlib.import_module(module_name)
     for part in attr.split("."):
         obj = getattr(obj, part)

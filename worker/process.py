@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import dramatiq
 
-from toolfleet.shared.naming import brokers_key
+from toolfleet.shared.naming import affinity_queue_for, brokers_key
 from toolfleet.shared.settings import Settings
 from toolfleet.worker import metrics
 from toolfleet.worker.actors import Worker, declare_actors, post_rejection
@@ -118,19 +118,26 @@ def main(argv: list[str] | None = None) -> int:
     dramatiq.set_broker(broker)
     ledger = Ledger(broker.client, args.namespace, worker_id, args.reply_ttl_s, args.worker_ttl_s)
     toolkit.emit = ledger.post_event
-    declare_actors(broker, Worker(toolkit, ledger, settings.max_arguments_bytes), queues)
+    slot = f"{socket.gethostname()}-{os.getppid()}-{args.index}"
+    toolkit.affinity_routes = {
+        q: affinity_queue_for(q, slot) for q in toolkit.affinity_queues & queues
+    }
+    routes = {private: public for public, private in toolkit.affinity_routes.items()}
+    declare_actors(
+        broker, Worker(toolkit, ledger, settings.max_arguments_bytes), queues, private=routes
+    )
     broker.client.hset(brokers_key(args.namespace), worker_id, broker.broker_id)
     publisher = CatalogPublisher(
         broker.client,
         args.namespace,
         toolkit,
-        queues,
+        queues | set(routes),
         args.heartbeat_interval_s,
         args.worker_ttl_s,
         broker=broker,
     )
     cancels = CancelListener(args.redis_url, args.namespace, toolkit, factory=factory)
-    worker = dramatiq.Worker(broker, queues=queues, worker_threads=args.threads)
+    worker = dramatiq.Worker(broker, queues=queues | set(routes), worker_threads=args.threads)
     worker.start()
     publisher.start()
     cancels.start()

@@ -56,8 +56,16 @@ class ServedTool:
         """The switches that turn this function off: its own name, and its extension's."""
         return self.function, extension_switch(self.extension.slug)
 
-    def catalog_entry(self) -> dict[str, Any]:
-        """What workers publish about this function (JSON object; no setting values)."""
+    def catalog_entry(
+        self, *, enabled: bool = True, preparation: str | None = None
+    ) -> dict[str, Any]:
+        """What workers publish about this function (JSON object; no setting values).
+
+        Args:
+            enabled: the tool's own ``is_enabled()`` at this refresh (the extension's
+                ``enabled`` is applied too).
+            preparation: the tool's preparation text at this refresh, if any.
+        """
         ext = self.extension
         return {
             "name": self.function,
@@ -66,13 +74,16 @@ class ServedTool:
             "parameters": self.spec.parameters,
             "display_name": self.spec.display_name,
             "display_description": self.spec.display_description,
+            "display_parameters": self.spec.display_parameters,
+            "preparation": preparation,
+            "affinity": self.spec.affinity,
             "queue": self.queue,
             "timeout_s": self.timeout_s,
             "idempotent": self.idempotent,
             "isolation": self.isolation,
             "slug": ext.slug,
             "version": ext.version,
-            "enabled": ext.enabled,
+            "enabled": ext.enabled and enabled,
             "availability": ext.availability.model_dump(),
             "switches": [
                 {"name": ext.switch_name(s.name), "default": s.default} for s in ext.switches

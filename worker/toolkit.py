@@ -73,6 +73,9 @@ class Toolkit:
         process_runner: runs ``process``-isolation tools (set by the worker process).
         emit: posts a status event of a call to its reply list (set by the worker
             process); used only for requests with ``events`` on.
+        affinity_routes: queue -> the queue only this process's slot consumes, for the
+            queues of tools with session affinity (set by the worker process); results
+            of a conversation's calls to those tools name it as their ``route``.
     """
 
     def __init__(
@@ -95,6 +98,8 @@ class Toolkit:
         self.switches = SwitchBoard(namespace)
         self.redactor = Redactor()
         self.running: dict[str, CallHandle] = {}
+        self.tool_states: dict[str, tuple[bool, str | None]] = {}
+        self.affinity_routes: dict[str, str] = {}
         self._running_lock = threading.Lock()
         self.emit: Callable[[ToolCallRequest, ToolEvent], None] | None = None
 
@@ -189,6 +194,11 @@ class Toolkit:
         return {s.queue for s in self.served.values()}
 
     @property
+    def affinity_queues(self) -> set[str]:
+        """The queues of every served function with session affinity."""
+        return {s.queue for s in self.served.values() if s.spec.affinity == "conversation"}
+
+    @property
     def needs_processes(self) -> bool:
         """True when any served function runs in ``process`` isolation."""
         return any(s.isolation == "process" for s in self.served.values())
@@ -227,22 +237,47 @@ class Toolkit:
         with self._running_lock:
             self.running[request.id] = handle
         try:
-            self._event(request, "running", self._describe(served, "running", arguments, None))
+            self._running_event(request, served, arguments)
             result = self._run_with_retries(request, served, arguments, handle, timings)
             stage = {Status.OK: "completed", Status.CANCELED: "canceled"}.get(result.status)
             if stage is not None and served.spec.describe is not None:
                 description = self._describe(served, stage, arguments, result.content)
                 result = result.model_copy(update={"description": description})
+            route = self.affinity_routes.get(served.queue)
+            if route and request.context.conversation and served.spec.affinity:
+                result = result.model_copy(update={"route": route})
             return result
         finally:
             with self._running_lock:
                 self.running.pop(request.id, None)
 
-    def _event(self, request: ToolCallRequest, kind: str, description: str | None) -> None:
+    def _running_event(
+        self, request: ToolCallRequest, served: ServedTool, arguments: BaseModel
+    ) -> None:
         if not request.events or self.emit is None:
             return
+        running = self._describe(served, "running", arguments, None)
+        canceled = self._describe(served, "canceled", arguments, None)
+        self._event(request, "running", running, canceled_description=canceled)
+
+    def _event(
+        self,
+        request: ToolCallRequest,
+        kind: str,
+        description: str | None,
+        *,
+        canceled_description: str | None = None,
+    ) -> None:
+        if not request.events or self.emit is None:
+            return
+        event = ToolEvent(
+            id=request.id,
+            kind=kind,  # type: ignore[arg-type]
+            description=description,
+            canceled_description=canceled_description,
+        )
         try:
-            self.emit(request, ToolEvent(id=request.id, kind=kind, description=description))  # type: ignore[arg-type]
+            self.emit(request, event)
         except Exception:  # noqa: BLE001 - an event is best effort; the result still goes out
             log.warning("could not post a %s event for %s", kind, request.id, exc_info=True)
 
@@ -272,10 +307,51 @@ class Toolkit:
 
         return progress
 
+    def refresh_tool_states(self) -> dict[str, tuple[bool, str | None]]:
+        """Ask each tool whether it is enabled and for its preparation text, now.
+
+        Called at every catalog refresh (a tool's ``is_enabled()`` may change at run
+        time); a probe that raises counts as disabled (logged). The result is kept in
+        :attr:`tool_states` for :meth:`refusal`.
+
+        Returns:
+            ``{function: (enabled, preparation text or None)}``.
+        """
+        states: dict[str, tuple[bool, str | None]] = {}
+        for function, served in self.served.items():
+            states[function] = (self._probe_enabled(served), self._probe_preparation(served))
+        self.tool_states = states
+        return states
+
+    @staticmethod
+    def _probe_enabled(served: ServedTool) -> bool:
+        if served.spec.is_enabled is None:
+            return True
+        try:
+            return served.spec.is_enabled()
+        except Exception:  # noqa: BLE001 - a broken probe disables its tool, nothing else
+            log.warning("%s: is_enabled() failed; the tool is disabled", served.function,
+                        exc_info=True)  # fmt: skip
+            return False
+
+    def _probe_preparation(self, served: ServedTool) -> str | None:
+        if served.spec.preparation is None:
+            return None
+        try:
+            text = served.spec.preparation()
+        except Exception:  # noqa: BLE001 - a description never fails anything
+            log.warning("%s: preparation description failed", served.function, exc_info=True)
+            return None
+        return self.redactor.scrub(text)[:1000] if text else None
+
     def refusal(self, served: ServedTool, account: str | None) -> str:
         """Why ``served`` may not run for ``account`` now ("" when it may)."""
         if not served.extension.enabled:
             return f"{served.function} is disabled"
+        if served.spec.is_enabled is not None:
+            state = self.tool_states.get(served.function)
+            if not (state[0] if state is not None else self._probe_enabled(served)):
+                return f"{served.function} is disabled"
         if not all(self.switches.is_on(name) for name in served.switch_names):
             return f"{served.function} is switched off"
         if not served.extension.availability.allows(account):

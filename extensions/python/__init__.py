@@ -40,15 +40,15 @@ one stopped for idleness or room is dropped; the conversation's next call on tha
 process gets a fresh one and its ``stderr`` starts with a note saying so and why.
 A call without a conversation gets a throw-away interpreter.
 
-When another worker process serves the next call (any of the fleet's processes may
-take any message from the queue), that process has no interpreter for the
-conversation and starts a fresh one: the earlier state is lost, silently, because
-that process cannot know there was any. The model then meets a ``NameError``, whose
-``error`` adds a hint that the interpreter is fresh, and redefines what it needs; the
-tool's description tells it so up front. State lives in a process (objects, open
-files, threads), not in data that could be shipped to Redis, so moving it between
-workers is not possible in general; deployments that need stickiness can give the
-extension its own queue served by a single worker process.
+Across a fleet the tool has session affinity (``Run.affinity = "conversation"``): its
+reply names a queue only the worker slot holding the interpreter consumes, and the
+producer sends the conversation's next calls there while that slot lives
+(:mod:`toolfleet.producer.affinity`). When the slot is gone, or a call is made by a
+client that never saw the conversation, another process starts a fresh interpreter; the
+model then meets a ``NameError``, whose ``error`` adds a hint that the interpreter is
+fresh, and redefines what it needs; the tool's description tells it so up front. State
+lives in a process (objects, open files, threads), not in data that could be shipped to
+Redis, so moving it between workers is not possible in general.
 """
 
 from __future__ import annotations

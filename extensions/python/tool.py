@@ -112,6 +112,7 @@ class Run(Tool):
     timeout_s: ClassVar[float | None] = DEFAULT_TIMEOUT_S
     description: ClassVar[str | None] = describe(PythonToolConfig(), DEFAULT_TIMEOUT_S)
     config: ClassVar[PythonToolConfig] = PythonToolConfig()
+    affinity: ClassVar[str | None] = "conversation"  # follow-ups reach this interpreter
     _pool: ClassVar[SessionPool | None] = None
 
     @classmethod

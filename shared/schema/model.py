@@ -10,7 +10,8 @@ name in each error's ``loc`` (``("params", "lat")``).
 Schema → Python (the subset OpenAI function calling uses, draft 2020-12):
 
 =======================================  ===============================================
-``string`` / ``integer`` / ``number``     ``str`` / ``int`` / ``float``, with
+``string`` / ``integer`` / ``number``     ``str`` / ``int`` / ``int | float`` (a JSON
+                                          integer stays an exact ``int``), with
                                           ``minLength``, ``maxLength``, ``pattern``,
                                           ``minimum``, ``maximum``, ``exclusive*``,
                                           ``multipleOf`` as constraints
@@ -197,6 +198,8 @@ class _Builder:
             return self._object(schema, hint)
         if kind == "array":
             return _constrained(self._array(schema, hint), schema, "array")
+        if kind == "number":  # a JSON integer stays an exact int (103, not 103.0)
+            return _constrained(int | float, schema, kind)
         if isinstance(kind, str) and kind in _SCALARS:
             return _constrained(_SCALARS[kind], schema, kind)
         raise SchemaError(
