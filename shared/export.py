@@ -17,9 +17,12 @@ JSON Schema object, as pydantic's ``model_json_schema()`` writes it) and, option
                     package's ``pydantic_responses_function_tool`` builds it.
 ``anthropic``       ``{"name", "description", "input_schema"}`` — Anthropic Messages API,
                     tool use ("Specifying client tools").
-``mcp``             ``{"name", "title"?, "description", "inputSchema"}`` — Model Context
-                    Protocol specification, server features, tools (``Tool``; ``title`` is
-                    the human-readable name, taken from ``display_name``).
+``mcp``             ``{"name", "title"?, "description", "inputSchema", "annotations"?,
+                    "outputSchema"?}`` — Model Context Protocol specification, server
+                    features, tools (``Tool``; ``title`` is the human-readable name, taken
+                    from ``display_name``; ``annotations`` are the entry's MCP hints plus
+                    ``idempotentHint`` for an idempotent tool; ``outputSchema`` is the
+                    entry's ``output_schema``).
 ``display``         for user interfaces, not for a model: ``{"name", "display_name",
                     "description", "display_description", "preparation", "parameters":
                     [{"name", "type", "description", "display_description",
@@ -400,6 +403,11 @@ def _mcp(entry: Mapping[str, Any]) -> dict[str, Any]:
         tool["title"] = str(entry["display_name"])
     tool["description"] = _description(entry)
     tool["inputSchema"] = _parameters(entry)
+    annotations = _mcp_annotations(entry)
+    if annotations:
+        tool["annotations"] = annotations
+    if isinstance(entry.get("output_schema"), Mapping):
+        tool["outputSchema"] = copy.deepcopy(dict(entry["output_schema"]))
     return tool
 
 
@@ -430,6 +438,25 @@ def _display(entry: Mapping[str, Any]) -> dict[str, Any]:
         "preparation": entry.get("preparation"),
         "parameters": parameters,
     }
+
+
+def _mcp_annotations(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """MCP ``ToolAnnotations`` hints known for an entry (MCP specification, tools).
+
+    The entry's own ``annotations`` (an MCP server's, as the worker read them) come
+    first; a tool declared ``idempotent`` adds ``idempotentHint: true`` unless they say
+    otherwise.
+    """
+    given = entry.get("annotations")
+    hints: dict[str, Any] = {}
+    if isinstance(given, Mapping):
+        hints = {key: value for key, value in given.items() if key in _MCP_HINTS}
+    if entry.get("idempotent") is True:
+        hints.setdefault("idempotentHint", True)
+    return hints
+
+
+_MCP_HINTS = ("title", "readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 
 
 _RENDERERS: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {

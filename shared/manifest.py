@@ -33,6 +33,9 @@ Example ``extension.toml``::
     [availability]
     accounts_allowed = ["acme"]         # omit for every account
     accounts_denied = []
+
+Instead of ``entry``, an ``[mcp]`` table declares an MCP server whose tools the extension
+serves (see :mod:`toolfleet.shared.mcp_config`).
 """
 
 from __future__ import annotations
@@ -42,9 +45,10 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from toolfleet.shared.errors import ConfigurationError
+from toolfleet.shared.mcp_config import McpServerConfig, setting_references
 
 __all__ = [
     "Availability",
@@ -183,6 +187,7 @@ class Manifest(BaseModel):
         settings, switches, availability, enabled: see their classes.
         tools: per-tool overrides by tool name (see :class:`ToolOptions`).
         event_payloads: put arguments and results in lifecycle events (default: redacted).
+        mcp: an MCP server whose tools the extension serves, instead of ``entry``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -200,6 +205,7 @@ class Manifest(BaseModel):
     enabled: bool = True
     tools: dict[str, ToolOptions] = Field(default_factory=dict)
     event_payloads: bool = False
+    mcp: McpServerConfig | None = None
 
     @field_validator("slug")
     @classmethod
@@ -207,6 +213,22 @@ class Manifest(BaseModel):
         if not _SLUG.match(value):
             raise ValueError(f"slug {value!r} must match {_SLUG.pattern}")
         return value
+
+    @model_validator(mode="after")
+    def _mcp_rules(self) -> Manifest:
+        if self.mcp is None:
+            return self
+        if self.entry is not None:
+            raise ValueError("give entry (Python tools) or [mcp] (an MCP server), not both")
+        isolations = [self.isolation, *(o.isolation for o in self.tools.values())]
+        if "process" in isolations:
+            raise ValueError("isolation = 'process' does not apply to an MCP server's tools")
+        declared = {s.name for s in self.settings}
+        for value in self.mcp.template_values():
+            unknown = setting_references(value) - declared
+            if unknown:
+                raise ValueError(f"mcp: {value!r} names undeclared settings {sorted(unknown)}")
+        return self
 
 
 #: The pyproject tables a manifest may live in: ours, and Smarter's as an alias.

@@ -16,6 +16,7 @@ Redis keys (``ns`` is the namespace, default ``toolfleet``)::
     <ns>:cancel:<id>             a canceled call; <ns>:cancel is the pub/sub channel
     <ns>:brokers                 hash: worker id -> Dramatiq broker id
     <ns>:events                  stream of lifecycle events (capped)
+    <ns>:mcp_servers             hash: worker id -> its MCP sessions' states (JSON, with "at")
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ __all__ = [
     "function_name",
     "function_names",
     "is_extension_function",
+    "mcp_servers_key",
     "outcome_key",
     "queue_msgs_key",
     "reply_key",
@@ -248,3 +250,8 @@ def brokers_key(namespace: str) -> str:
 def events_key(namespace: str) -> str:
     """The capped Redis stream of lifecycle events (``tool_requested``, ``tool_responded``)."""
     return f"{namespace}:events"
+
+
+def mcp_servers_key(namespace: str) -> str:
+    """Hash: worker id -> ``{"at": epoch s, "servers": {slug: state}}`` of its MCP sessions."""
+    return f"{namespace}:mcp_servers"

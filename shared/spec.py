@@ -6,7 +6,8 @@
 2. a :class:`~toolfleet.shared.plugin.MetadataPlugin` subclass or instance;
 3. a :class:`~toolfleet.shared.toolkit.Toolkit` (its ``deftool`` tools), or a single
    :class:`~toolfleet.shared.toolkit.DynamicTool`;
-4. a :class:`~toolfleet.shared.toolkit.Delegate` (``get_tools`` / ``execute``).
+4. a :class:`~toolfleet.shared.toolkit.Delegate` (``get_tools`` / ``execute``);
+5. a ready :class:`ToolSpec` (how the worker serves an MCP server's tools).
 
 Tools given as JSON Schema get a pydantic model built from the schema, so every form is
 validated the same way before it runs.
@@ -65,6 +66,9 @@ class ToolSpec:
         preparation: ``preparation()`` -> the text a UI shows while the model is still
             writing the arguments, with ``{argument}`` placeholders filled from the
             partial arguments by :func:`toolfleet.shared.preparing.preparation_text`.
+        annotations: behaviour hints for clients (MCP ``ToolAnnotations``: ``readOnlyHint``,
+            ``idempotentHint``, ``destructiveHint``, ``openWorldHint``, ``title``), if known.
+        output_schema: JSON Schema of the result's structured value, if known.
     """
 
     name: str
@@ -85,6 +89,8 @@ class ToolSpec:
     is_enabled: Callable[[], bool] | None = None
     preparation: Callable[[], str | None] | None = None
     affinity: str | None = None
+    annotations: dict[str, Any] | None = None
+    output_schema: dict[str, Any] | None = None
 
 
 def specs_from(obj: Any) -> tuple[list[ToolSpec], list[str]]:
@@ -95,6 +101,9 @@ def specs_from(obj: Any) -> tuple[list[ToolSpec], list[str]]:
         a valid tool; a definition with problems yields no spec.
     """
     try:
+        if isinstance(obj, ToolSpec):
+            problems = _check_name(obj.name, f"tool {obj.name!r}")
+            return ([], problems) if problems else ([obj], [])
         if isinstance(obj, type) and issubclass(obj, Tool):
             return _from_class(obj)
         if isinstance(obj, type) and issubclass(obj, MetadataPlugin):

@@ -25,6 +25,7 @@ import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
@@ -38,6 +39,7 @@ from toolfleet.shared.manifest import (
     SwitchSpec,
     ToolOptions,
 )
+from toolfleet.shared.mcp_config import McpServerConfig
 from toolfleet.shared.naming import FUNCTION_NAME_RE, default_queue_for, function_name
 
 if TYPE_CHECKING:
@@ -224,6 +226,9 @@ class Extension:
         tool_options: per-tool overrides by tool name (timeout, idempotent, isolation, retry).
         event_payloads: include arguments and results (secrets scrubbed, truncated) in
             lifecycle signals and events; off by default (they read ``[redacted]``).
+        mcp: an MCP server whose tools this extension serves (then ``tools`` is empty:
+            the worker lists them from the server).
+        folder: the extension's folder (where relative MCP paths start), if it has one.
     """
 
     slug: str
@@ -239,10 +244,14 @@ class Extension:
     enabled: bool = True
     tool_options: Mapping[str, ToolOptions] = field(default_factory=dict)
     event_payloads: bool = False
+    mcp: McpServerConfig | None = None
+    folder: Path | None = None
 
     @classmethod
-    def from_manifest(cls, manifest: Manifest, tools: Sequence[Any]) -> Extension:
-        """Build an extension from a validated manifest and its tool definitions."""
+    def from_manifest(
+        cls, manifest: Manifest, tools: Sequence[Any], folder: Path | None = None
+    ) -> Extension:
+        """Build an extension from a validated manifest, its tool definitions and its folder."""
         return cls(
             slug=manifest.slug,
             version=manifest.version,
@@ -257,6 +266,8 @@ class Extension:
             enabled=manifest.enabled,
             tool_options=manifest.tools,
             event_payloads=manifest.event_payloads,
+            mcp=manifest.mcp,
+            folder=folder,
         )
 
     @property

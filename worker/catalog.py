@@ -14,7 +14,13 @@ import redis
 from dramatiq.brokers.redis import RedisBroker
 
 from toolfleet.shared import codec
-from toolfleet.shared.naming import brokers_key, catalog_key, extension_errors_key, workers_key
+from toolfleet.shared.naming import (
+    brokers_key,
+    catalog_key,
+    extension_errors_key,
+    mcp_servers_key,
+    workers_key,
+)
 from toolfleet.worker.toolkit import Toolkit
 
 __all__ = ["CatalogPublisher"]
@@ -74,6 +80,16 @@ class CatalogPublisher:
         }
         if entries:
             pipe.hset(catalog_key(self.namespace), mapping=entries)  # type: ignore[arg-type]
+        withdrawn, self.toolkit.withdrawn = self.toolkit.withdrawn, set()
+        gone = sorted(withdrawn - set(entries))
+        if gone:  # an MCP server dropped them; workers still serving them re-add them
+            pipe.hdel(catalog_key(self.namespace), *gone)
+        if self.toolkit.mcp is not None:
+            servers = self.toolkit.mcp.status()
+            for state in servers.values():
+                state["last_error"] = self.toolkit.redactor.scrub(state["last_error"])
+            report = codec.dumps({"at": now, "servers": servers})
+            pipe.hset(mcp_servers_key(self.namespace), self.toolkit.worker_id, report)
         if self.toolkit.errors:
             errors = {k: self.toolkit.redactor.scrub(v) for k, v in self.toolkit.errors.items()}
             pipe.hset(extension_errors_key(self.namespace), mapping=errors)  # type: ignore[arg-type]
@@ -96,6 +112,7 @@ class CatalogPublisher:
         pipe = self.client.pipeline(transaction=False)
         for queue in self.queues:
             pipe.zrem(workers_key(self.namespace, queue), self.toolkit.worker_id)
+        pipe.hdel(mcp_servers_key(self.namespace), self.toolkit.worker_id)
         pipe.execute()
 
     def start(self) -> None:

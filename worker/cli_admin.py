@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,12 @@ from rich.console import Console
 from rich.table import Table
 
 from toolfleet.shared import codec
-from toolfleet.shared.naming import catalog_key, extension_errors_key, switches_key
+from toolfleet.shared.naming import (
+    catalog_key,
+    extension_errors_key,
+    mcp_servers_key,
+    switches_key,
+)
 from toolfleet.worker.loader import load_all
 from toolfleet.worker.toolkit import Toolkit
 
@@ -100,19 +106,27 @@ def check(
     loaded, errors = load_all(list(specs), folders=folders, entry_points_too=not no_entry_points)
     toolkit = Toolkit(namespace=settings.namespace, secrets_dir=settings.secrets_dir)
     toolkit.errors.update(errors)
-    toolkit.add_extensions(loaded)
-    table = Table("extension", "version", "functions", "queue")
-    for slug, extension in sorted(toolkit.extensions.items()):
-        count = sum(1 for s in toolkit.served.values() if s.extension is extension)
-        table.add_row(slug, extension.version, str(count), extension.queue_name)
-    console.print(table)
-    problems = dict(toolkit.errors)
+    try:
+        toolkit.add_extensions(loaded)
+    finally:
+        toolkit.close()  # this check's own MCP servers (started to list their tools)
+    fleet_mcp: dict[str, int] | None = None
+    reported: dict[bytes, bytes] = {}
     if settings.redis_url:
         client = redis.Redis.from_url(settings.redis_url)
-        reported: dict[bytes, bytes] = client.hgetall(  # type: ignore[assignment]
-            extension_errors_key(settings.namespace)
-        )
+        reported = client.hgetall(extension_errors_key(settings.namespace))  # type: ignore[assignment]
+        fleet_mcp = _fleet_mcp_processes(client, settings.namespace, settings.worker_ttl_s)
         client.close()
+    table = Table("extension", "version", "functions", "queue", "MCP server")
+    for slug, extension in sorted(toolkit.extensions.items()):
+        count = sum(1 for s in toolkit.served.values() if s.extension is extension)
+        table.add_row(
+            slug, extension.version, str(count), extension.queue_name,
+            _mcp_cell(extension.mcp.transport if extension.mcp else None, fleet_mcp, slug),
+        )  # fmt: skip
+    console.print(table)
+    problems = dict(toolkit.errors)
+    if reported:
         for raw_source, raw_message in reported.items():
             problems.setdefault(f"worker: {raw_source.decode()}", raw_message.decode())
     for source, message in sorted(problems.items()):
@@ -120,3 +134,25 @@ def check(
     if problems:
         console.print(f"{len(problems)} extension(s) with problems")
     sys.exit(1 if problems else 0)
+
+
+def _fleet_mcp_processes(client: redis.Redis, namespace: str, ttl_s: float) -> dict[str, int]:
+    """Slug -> MCP server processes the live workers report (one per worker process)."""
+    counts: dict[str, int] = {}
+    fresh_after = time.time() - ttl_s * 3
+    for raw in client.hvals(mcp_servers_key(namespace)):
+        report: dict[str, Any] = codec.loads(raw)
+        if float(report.get("at", 0)) < fresh_after:
+            continue
+        for slug, state in (report.get("servers") or {}).items():
+            counts[slug] = counts.get(slug, 0) + int(state.get("processes", 0))
+    return counts
+
+
+def _mcp_cell(transport: str | None, fleet: dict[str, int] | None, slug: str) -> str:
+    if transport is None:
+        return ""
+    if transport == "http":
+        return "http (remote)"
+    where = f"{fleet.get(slug, 0)} running in the fleet" if fleet is not None else "fleet: no Redis"
+    return f"stdio, 1 per worker process; {where}"

@@ -3,7 +3,8 @@
 A folder is an extension when it holds a manifest (``extension.toml``, or a
 ``pyproject.toml`` with ``[tool.toolfleet]`` or its alias ``[tool.smarter]``); its
 ``entry = "module:attr"`` names the tools inside the folder (the folder is put on
-``sys.path``). A RAGFlow plugin file (``from plugin.llm_tool_plugin import
+``sys.path``), or its ``[mcp]`` table an MCP server whose tools the worker lists when it
+starts the server. A RAGFlow plugin file (``from plugin.llm_tool_plugin import
 LLMToolPlugin``) imports unchanged: the loader aliases that module to
 :mod:`toolfleet.shared.ragflow` when no ``plugin`` package is installed. A source that fails to
 import, has an invalid manifest, or is not an extension is reported in the returned
@@ -103,6 +104,9 @@ def load_folder(folder: Path) -> tuple[Loaded, Errors]:
         source = str(candidate)
         try:
             manifest = read_manifest(manifest_path)
+            if manifest.mcp is not None:  # tools come from the server when the worker starts it
+                loaded.append((source, Extension.from_manifest(manifest, [], folder=candidate)))
+                continue
             module_name, _, attr = (manifest.entry or "tools:tools").partition(":")
             if str(candidate) not in sys.path:
                 sys.path.insert(0, str(candidate))

@@ -16,6 +16,8 @@ __all__ = [
     "EXTENSION_LOAD_ERRORS",
     "IN_FLIGHT",
     "INVALID_ARGUMENTS",
+    "MCP_SERVERS",
+    "MCP_SERVER_RESTARTS",
     "POISON_MESSAGES",
     "QUEUE_WAIT",
     "STUCK_THREADS",
@@ -72,4 +74,15 @@ WORKER_UP = Gauge(
     "toolfleet_worker_up",
     "1 for each live worker process.",
     multiprocess_mode="liveall",
+)
+MCP_SERVERS = Gauge(
+    "toolfleet_mcp_server_processes",
+    "MCP server processes running for the worker processes (one per stdio MCP extension each).",
+    ["extension"],
+    multiprocess_mode="livesum",
+)
+MCP_SERVER_RESTARTS = Counter(
+    "toolfleet_mcp_server_restarts_total",
+    "MCP sessions restarted after their server died or closed the connection.",
+    ["extension"],
 )

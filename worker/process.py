@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     worker.stop(timeout=int(args.shutdown_grace_s * 1000))
     cancels.stop()
     broker.client.hdel(brokers_key(args.namespace), worker_id)
-    toolkit.runner.close()
+    toolkit.close()  # MCP sessions, then the event loop
     if toolkit.process_runner is not None:
         toolkit.process_runner.close()
     remove_heartbeat(settings.health_dir)

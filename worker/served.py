@@ -89,4 +89,6 @@ class ServedTool:
                 {"name": ext.switch_name(s.name), "default": s.default} for s in ext.switches
             ],
             "settings": [s.name for s in ext.settings],
+            "annotations": self.spec.annotations,
+            "output_schema": self.spec.output_schema,
         }

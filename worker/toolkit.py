@@ -28,6 +28,7 @@ from toolfleet.worker.switches import SwitchBoard
 
 if TYPE_CHECKING:
     from toolfleet.worker.isolation.process import ProcessRunner
+    from toolfleet.worker.mcp.servers import McpServers
 
 __all__ = ["CRASH_MESSAGE", "Toolkit"]
 
@@ -65,6 +66,8 @@ class Toolkit:
         namespace: key prefix (for switches).
         secrets_dir: folder of mounted secret files for extension settings.
         max_result_bytes: largest encoded result posted, bytes.
+        start_mcp: start the MCP servers of MCP extensions (off in ``process``-isolation
+            children, which never run MCP tools: those skip MCP extensions).
 
     Attributes:
         served: function name -> :class:`ServedTool`.
@@ -76,6 +79,8 @@ class Toolkit:
         affinity_routes: queue -> the queue only this process's slot consumes, for the
             queues of tools with session affinity (set by the worker process); results
             of a conversation's calls to those tools name it as their ``route``.
+        mcp: the MCP sessions of this process (``None`` until an MCP extension loads).
+        withdrawn: functions an MCP server stopped offering, to remove from the catalog.
     """
 
     def __init__(
@@ -86,6 +91,7 @@ class Toolkit:
         namespace: str = "toolfleet",
         secrets_dir: Path | None = None,
         max_result_bytes: int = 1_048_576,
+        start_mcp: bool = True,
     ) -> None:
         self.served: dict[str, ServedTool] = {}
         self.extensions: dict[str, Extension] = {}
@@ -102,6 +108,10 @@ class Toolkit:
         self.affinity_routes: dict[str, str] = {}
         self._running_lock = threading.Lock()
         self.emit: Callable[[ToolCallRequest, ToolEvent], None] | None = None
+        self.start_mcp = start_mcp
+        self.mcp: McpServers | None = None
+        self.withdrawn: set[str] = set()
+        self._settings: dict[str, BaseModel | None] = {}
 
     # -- loading ---------------------------------------------------------------
 
@@ -110,34 +120,51 @@ class Toolkit:
 
         Raises:
             ConfigurationError: the extension is invalid, its settings do not load, or a
-                name is taken; nothing of it is added then.
+                name is taken; nothing of it is added then. An MCP extension whose
+                server cannot be started is such an extension.
         """
-        specs = extension.validate()
+        if extension.mcp is None:
+            extension.validate()
         if extension.slug in self.extensions:
             raise ConfigurationError(f"extension {extension.slug!r} is loaded already")
         settings = load_settings(extension, self.secrets_dir)
-        served = self._named([self._serve(extension, spec, settings) for spec in specs])
+        if extension.mcp is not None:
+            if not self.start_mcp:
+                return
+            extension = self._start_mcp(extension, settings)
+        try:
+            specs = extension.validate()
+            served = self._named([self._serve(extension, spec, settings) for spec in specs])
+        except ConfigurationError:
+            if self.mcp is not None:
+                self.mcp.stop(extension.slug)
+            raise
         self.extensions[extension.slug] = extension
+        self._settings[extension.slug] = settings
         self.redactor.add(secret_values(settings))
         for switch in extension.switches:
             self.switches.defaults[extension.switch_name(switch.name)] = switch.default
         for item in served:
             self.served[item.function] = item
 
-    def _named(self, new: list[ServedTool]) -> list[ServedTool]:
+    def _named(
+        self, new: list[ServedTool], served: dict[str, ServedTool] | None = None
+    ) -> list[ServedTool]:
         """Give ``new`` and the functions served already distinct names.
 
         Tools of two extensions whose plain names clash (``a-b``/``c`` and ``a``/``b_c``
         are both ``ext_a_b_c``) all get hashed names (:func:`function_names`), so both
-        extensions serve; a served function renamed this way is re-keyed.
+        extensions serve; a served function renamed this way is re-keyed in ``served``
+        (default :attr:`served`).
         """
-        pairs = [(s.extension.slug, s.spec.name) for s in [*self.served.values(), *new]]
+        served = self.served if served is None else served
+        pairs = [(s.extension.slug, s.spec.name) for s in [*served.values(), *new]]
         names = function_names(pairs)
-        for function, item in list(self.served.items()):
+        for function, item in list(served.items()):
             name = names[(item.extension.slug, item.spec.name)]
             if name != function:
-                del self.served[function]
-                self.served[name] = dataclasses.replace(item, function=name)
+                del served[function]
+                served[name] = dataclasses.replace(item, function=name)
                 log.warning(_CLASH, function, name)
         named = []
         for item in new:
@@ -147,6 +174,70 @@ class Toolkit:
                 item = dataclasses.replace(item, function=name)
             named.append(item)
         return named
+
+    def _mcp_servers(self) -> McpServers:
+        if self.mcp is None:
+            try:
+                from toolfleet.worker.mcp.servers import McpServers
+            except ImportError as exc:
+                raise ConfigurationError(
+                    f"an extension declares an MCP server, but the MCP SDK is not installed "
+                    f"({exc}): pip install 'toolfleet[mcp]'"
+                ) from None
+            self.mcp = McpServers(self._replace_tools)
+        return self.mcp
+
+    def _start_mcp(self, extension: Extension, settings: BaseModel | None) -> Extension:
+        """Start the extension's MCP server; the extension with the server's tools."""
+        specs, problems = self._mcp_servers().start(extension, settings)
+        self._note_tool_problems(extension.slug, problems)
+        return dataclasses.replace(extension, tools=specs)
+
+    def _begin_mcp(self, extensions: list[Extension]) -> None:
+        """Start every MCP server at once, so that their start times do not add up."""
+        for extension in extensions:
+            if extension.mcp is None or not self.start_mcp or extension.slug in self.extensions:
+                continue
+            try:
+                settings = load_settings(extension, self.secrets_dir)
+                self._mcp_servers().begin(extension, settings)
+            except ConfigurationError:
+                continue  # add_extension reports it
+
+    def _note_tool_problems(self, slug: str, problems: list[str]) -> None:
+        source = f"MCP tools of {slug}"
+        if problems:
+            self.errors[source] = "; ".join(problems)
+            log.error("extension %s: %s", slug, self.errors[source])
+        else:
+            self.errors.pop(source, None)
+
+    def _replace_tools(self, slug: str, specs: list[ToolSpec], problems: list[str]) -> None:
+        """Serve ``specs`` as the whole tool list of MCP extension ``slug`` from now on."""
+        extension = dataclasses.replace(self.extensions[slug], tools=specs)
+        settings = self._settings[slug]
+        others = {f: s for f, s in self.served.items() if s.extension.slug != slug}
+        try:
+            validated = extension.validate()
+            named = self._named(
+                [self._serve(extension, spec, settings) for spec in validated], others
+            )
+        except ConfigurationError as exc:
+            log.error("extension %s: new MCP tool list not applied: %s", slug, exc)
+            return
+        self._note_tool_problems(slug, problems)
+        fresh = {item.function: item for item in named}
+        gone = set(self.served) - set(others) - set(fresh)
+        self.extensions[slug] = extension
+        self.served = {**others, **fresh}  # one swap: callers see the old or the new map
+        self.withdrawn |= gone
+        log.info("extension %s: MCP tools now %s", slug, sorted(fresh))
+
+    def close(self) -> None:
+        """Close the MCP sessions and stop the event loop (at drain)."""
+        if self.mcp is not None:
+            self.mcp.close()
+        self.runner.close()
 
     @staticmethod
     def _serve(extension: Extension, spec: ToolSpec, settings: BaseModel | None) -> ServedTool:
@@ -181,6 +272,8 @@ class Toolkit:
 
     def add_extensions(self, extensions: Iterable[tuple[str, Extension]]) -> None:
         """Add several; a bad one is recorded in :attr:`errors`, logged, and skipped."""
+        extensions = list(extensions)
+        self._begin_mcp([extension for _, extension in extensions])
         for source, extension in extensions:
             try:
                 self.add_extension(extension)

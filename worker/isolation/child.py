@@ -46,6 +46,7 @@ def init_child(
         worker_id=worker_id,
         namespace=namespace,
         secrets_dir=Path(secrets_dir) if secrets_dir else None,
+        start_mcp=False,
     )
     loaded, errors = load_all(
         specs, folders=[Path(f) for f in folders], entry_points_too=entry_points
