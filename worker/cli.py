@@ -18,6 +18,7 @@ from typing import Any
 import click
 import redis
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from toolfleet.producer import ToolClient
@@ -295,5 +296,5 @@ def main() -> None:
     try:
         cli()
     except ToolfleetError as exc:
-        console.print(f"[red]error:[/] {exc}")
+        console.print(f"[red]error:[/] {escape(str(exc))}")  # the message is not markup
         sys.exit(2)
