@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BFCL_DATA, Fleet, toolfleet_command
+from toolfleet.worker.embedded import redis_server_binary
 
 
 def _run(
@@ -42,7 +43,9 @@ def _children(pid: int) -> set[int]:
 
 
 def _redis_server_pids() -> set[int]:
-    out = subprocess.run(["pgrep", "redis-server"], capture_output=True, text=True, check=False)
+    """Processes named like the embedded server binary (valkey-server or redis-server)."""
+    name = Path(redis_server_binary()).name
+    out = subprocess.run(["pgrep", name], capture_output=True, text=True, check=False)
     return {int(p) for p in out.stdout.split()}
 
 
