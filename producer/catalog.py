@@ -54,6 +54,12 @@ class Catalog:
         entry = self.entries.get(function)
         return entry is not None and entry.get("queue") in self.live_queues
 
+    def switched_off(self, function: str) -> bool:
+        """True when ``function``'s own switch or its extension's (``ext_<slug>``) is off."""
+        entry = self.entries.get(function) or {}
+        slug_switch = extension_switch(str(entry.get("slug", "")))
+        return not (self.switches.get(function, True) and self.switches.get(slug_switch, True))
+
     def refusal(self, function: str, account: str | None) -> str:
         """Why ``function`` may not be offered or called for ``account`` ("" when it may).
 
@@ -67,8 +73,7 @@ class Catalog:
             return f"no live worker serves {function!r} (queue {entry.get('queue')})"
         if entry.get("enabled") is False:
             return f"{function} is disabled"
-        slug_switch = extension_switch(str(entry.get("slug", "")))
-        if not (self.switches.get(function, True) and self.switches.get(slug_switch, True)):
+        if self.switched_off(function):
             return f"{function} is switched off"
         availability = entry.get("availability") or {}
         allowed = availability.get("accounts_allowed")
@@ -85,6 +90,9 @@ class CatalogReader:
 
     Set :attr:`watch` to a callable listing more queues whose liveness and length each
     read also fetches (the session-affinity routes, :mod:`toolfleet.producer.affinity`).
+
+    A function the cached snapshot shows switched off is always read again before a
+    call is refused, so a switch turned on is seen by the next call.
 
     Args:
         client: Redis client.
@@ -207,10 +215,12 @@ def _fresh(
     age = time.monotonic() - snap.read_at
     if age > cache_s:
         return False
-    if function is None or age <= miss_refresh_s:
+    if function is None:
         return True
-    functions = [function] if isinstance(function, str) else function
-    return all(snap.is_live(f) for f in functions)
+    functions = [function] if isinstance(function, str) else list(function)
+    if any(snap.switched_off(f) for f in functions):
+        return False  # never refuse on a cached switch: `switch on` applies to the next call
+    return age <= miss_refresh_s or all(snap.is_live(f) for f in functions)
 
 
 def _entries(raw: dict[Any, Any]) -> dict[str, dict[str, Any]]:

@@ -82,6 +82,8 @@ class Worker:
             self._finish(request, self._failure(request, Status.REJECTED, message), queue)
             return
         claim = self.ledger.claim(request, queue)
+        if claim.switches is not None:  # read with the claim: a switch applies at once
+            self.toolkit.switches.load(claim.switches)
         if claim.outcome is not None:
             log.info("call %s was answered already; posting its reply again", request.id)
             self.ledger.repost(request, claim.outcome)

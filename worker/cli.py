@@ -1,7 +1,8 @@
 """The ``toolfleet`` command line.
 
-Global options: ``--redis-url`` (``TOOLFLEET_REDIS_URL``), ``--namespace``
-(``TOOLFLEET_NAMESPACE``). Only ``demo`` starts an embedded Redis when no URL is set.
+Global options, before or after the subcommand: ``--redis-url`` (``TOOLFLEET_REDIS_URL``),
+``--namespace`` (``TOOLFLEET_NAMESPACE``), ``--debug`` (see :mod:`.cli_support`). Only
+``demo`` starts an embedded Redis when no URL is set.
 """
 
 from __future__ import annotations
@@ -11,25 +12,27 @@ import os
 import signal
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import click
 import redis
+from pydantic import ValidationError
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from toolfleet.producer import ToolClient
 from toolfleet.shared import codec
-from toolfleet.shared.errors import ConfigurationError, ToolfleetError
 from toolfleet.shared.export import FORMATS
 from toolfleet.shared.naming import default_queue_for
 from toolfleet.shared.settings import Settings
-from toolfleet.shared.urls import check_redis_url
+from toolfleet.shared.urls import redacted_url
+from toolfleet.shared.wire import Status, ToolCallResult
 from toolfleet.worker.cli_admin import extensions, switch
 from toolfleet.worker.cli_ops import events, health, top
+from toolfleet.worker.cli_support import EXIT_FAILED, CliState, ToolfleetGroup, global_options
 from toolfleet.worker.fleet import LocalFleet
 from toolfleet.worker.redis_factory import load_factory
 from toolfleet.worker.replay import ReplayReport, load_cases, replay, sample_file
@@ -38,16 +41,6 @@ from toolfleet.worker.supervisor import Supervisor, WorkerOptions
 __all__ = ["main"]
 
 console = Console()
-
-
-class _Obj:
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-
-    def require_url(self) -> str:
-        if not self.settings.redis_url:
-            raise click.UsageError("no Redis URL: pass --redis-url or set TOOLFLEET_REDIS_URL")
-        return self.settings.redis_url
 
 
 def _worker_options(settings: Settings, **kwargs: Any) -> WorkerOptions:
@@ -62,13 +55,14 @@ def _worker_options(settings: Settings, **kwargs: Any) -> WorkerOptions:
     )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--redis-url", envvar="TOOLFLEET_REDIS_URL", help="Redis URL (redis:// or unix://).")
-@click.option("--namespace", envvar="TOOLFLEET_NAMESPACE", help="Prefix of every Redis key.")
+@click.group(cls=ToolfleetGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.pass_context
-def cli(ctx: click.Context, redis_url: str | None, namespace: str | None) -> None:
+def cli(ctx: click.Context) -> None:
     """toolfleet: run the tools LLMs call on a fleet of workers behind Redis."""
-    ctx.obj = _Obj(Settings.from_env(redis_url=redis_url, namespace=namespace))
+    ctx.ensure_object(CliState)
+
+
+cli.params.extend(global_options())
 
 
 @cli.command()
@@ -100,7 +94,7 @@ def cli(ctx: click.Context, redis_url: str | None, namespace: str | None) -> Non
 )
 @click.pass_obj
 def worker(
-    obj: _Obj,
+    obj: CliState,
     processes: int,
     threads: int,
     queues: tuple[str, ...],
@@ -109,13 +103,10 @@ def worker(
 ) -> None:
     """Run and supervise worker processes until SIGTERM (then drain)."""
     factory = redis_client or obj.settings.redis_client
-    try:
-        if factory:
-            load_factory(factory)  # fail here, once, rather than in every process
-        else:
-            check_redis_url(obj.require_url())
-    except ConfigurationError as exc:
-        raise click.ClickException(str(exc)) from None
+    if factory:
+        load_factory(factory)  # fail here, once, rather than in every process
+    else:
+        obj.require_url()
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -142,10 +133,13 @@ def worker(
     help="Seconds until the deadline.",
 )
 @click.pass_obj
-def call(obj: _Obj, function: str, arguments: str, timeout_s: float) -> None:
+def call(obj: CliState, function: str, arguments: str, timeout_s: float) -> None:
     """Call FUNCTION with ARGUMENTS (a JSON string); print the result. Exit 0 only for ok."""
+    obj.ping()
     with ToolClient(obj.require_url(), settings=obj.settings) as client:
         result = client.call(function, arguments, timeout_s=timeout_s)
+    if result.status is Status.NOT_AVAILABLE:
+        obj.ping()  # Redis went away during the call: say so, not "not_available"
     click.echo(codec.dumps_str(result.model_dump(mode="json")))
     sys.exit(0 if result.ok else 1)
 
@@ -163,8 +157,9 @@ def call(obj: _Obj, function: str, arguments: str, timeout_s: float) -> None:
     "--all", "include_unavailable", is_flag=True, help="Include tools with no live worker."
 )
 @click.pass_obj
-def tools(obj: _Obj, account: str | None, fmt: str, include_unavailable: bool) -> None:
+def tools(obj: CliState, account: str | None, fmt: str, include_unavailable: bool) -> None:
     """Print the fleet's tools as JSON, in a model API's format."""
+    obj.ping()
     with ToolClient(obj.require_url(), settings=obj.settings) as client:
         listed = client.tools(account=account, format=fmt, include_unavailable=include_unavailable)
     click.echo(codec.dumps_str(listed))
@@ -176,12 +171,13 @@ def tools(obj: _Obj, account: str | None, fmt: str, include_unavailable: bool) -
 )
 @click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True)
 @click.pass_obj
-def replay_command(obj: _Obj, files: tuple[Path, ...], timeout_s: float) -> None:
+def replay_command(obj: CliState, files: tuple[Path, ...], timeout_s: float) -> None:
     """Replay FILES (BFCL exec files or sample calls) through a running fleet.
 
     Exits 1 on any mismatch.
     """
-    report = _replay(obj.require_url(), obj.settings, list(files), timeout_s)
+    obj.ping()
+    report = _replay(obj.require_url(), obj.settings, list(files), timeout_s, obj.ping)
     sys.exit(0 if report.ok else 1)
 
 
@@ -192,7 +188,7 @@ def replay_command(obj: _Obj, files: tuple[Path, ...], timeout_s: float) -> None
 @click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True)
 @click.pass_obj
 def demo(
-    obj: _Obj, files: tuple[Path, ...], processes: int, threads: int, timeout_s: float
+    obj: CliState, files: tuple[Path, ...], processes: int, threads: int, timeout_s: float
 ) -> None:
     """Run a whole fleet locally and replay FILES (default: a bundled sample).
 
@@ -201,9 +197,10 @@ def demo(
     """
     settings = obj.settings.model_copy()
     if settings.redis_url:  # a shared Redis: keep the demo's keys apart and remove them after
+        obj.ping()
         settings.namespace = f"{settings.namespace}.demo.{uuid.uuid4().hex[:8]}"
     paths = list(files) or [sample_file()]
-    where = f"Redis {settings.redis_url}" if settings.redis_url else "embedded Redis"
+    where = f"Redis {redacted_url(settings.redis_url)}" if settings.redis_url else "embedded Redis"
     console.print(
         f"[bold]toolfleet demo[/]: {where}, "
         f"{processes} worker processes, replaying {', '.join(p.name for p in paths)}"
@@ -214,14 +211,13 @@ def demo(
     )
     fleet = LocalFleet(options, ready_queues=[default_queue_for("bfcl")])
     try:
-        with fleet:
-            report = _replay(
-                fleet.redis_url,
-                settings.model_copy(update={"redis_url": fleet.redis_url}),
-                paths,
-                timeout_s,
-            )
+        fleet.start()
+        fleet_settings = settings.model_copy(update={"redis_url": fleet.redis_url})
+        check = CliState(fleet_settings).ping
+        report = _replay(fleet.redis_url, fleet_settings, paths, timeout_s, check)
     finally:
+        _ignore_termination()  # a Ctrl-C while the fleet stops must not cut the clean-up short
+        fleet.stop()
         if obj.settings.redis_url:
             _delete_namespace(obj.settings.redis_url, settings.namespace)
     sys.exit(0 if report.ok else 1)
@@ -237,13 +233,31 @@ def _exit_cleanly_on_termination() -> None:
     signal.signal(signal.SIGHUP, handler)
 
 
-def _replay(url: str, settings: Settings, paths: list[Path], timeout_s: float) -> ReplayReport:
+def _ignore_termination() -> None:
+    """Ignore Ctrl-C, SIGTERM and SIGHUP from now on (the demo's bounded clean-up)."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
+
+
+def _replay(
+    url: str,
+    settings: Settings,
+    paths: list[Path],
+    timeout_s: float,
+    check_redis: Callable[[], None],
+) -> ReplayReport:
+    """Replay ``paths``; stop at the first ``not_available`` result if Redis is gone."""
     try:
         cases, entries = load_cases(paths)
     except (OSError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
+
+    def on_result(result: ToolCallResult) -> None:
+        if result.status is Status.NOT_AVAILABLE:
+            check_redis()  # raises ConnectionFailed: one line instead of a mismatch per call
+
     with ToolClient(url, settings=settings) as client:
-        report = replay(client, cases, entries, timeout_s=timeout_s)
+        report = replay(client, cases, entries, timeout_s=timeout_s, on_result=on_result)
     _print_report(report)
     return report
 
@@ -275,11 +289,13 @@ def _print_report(report: ReplayReport) -> None:
 
 
 def _delete_namespace(url: str, namespace: str) -> None:
-    client = redis.Redis.from_url(url)
+    client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
     try:
         keys = list(client.scan_iter(match=f"{namespace}:*", count=1000))
         if keys:
             client.delete(*keys)
+    except redis.RedisError as exc:
+        click.echo(f"could not remove the demo's keys ({namespace}:*): {exc}", err=True)
     finally:
         client.close()
 
@@ -295,6 +311,8 @@ def main() -> None:
     """Entry point of the ``toolfleet`` console script."""
     try:
         cli()
-    except ToolfleetError as exc:
-        console.print(f"[red]error:[/] {escape(str(exc))}")  # the message is not markup
-        sys.exit(2)
+    except ValidationError as exc:  # a TOOLFLEET_* variable that does not parse
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        click.echo(f"error: setting {where}: {first['msg']} (TOOLFLEET_{where.upper()})", err=True)
+        sys.exit(EXIT_FAILED)

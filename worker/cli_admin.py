@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import sys
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from toolfleet.shared import codec
 from toolfleet.shared.naming import (
     catalog_key,
     extension_errors_key,
+    extension_switch,
     mcp_servers_key,
     switches_key,
 )
@@ -29,51 +31,110 @@ console = Console()
 
 @click.group()
 def switch() -> None:
-    """Turn functions, extensions and extension switches on or off at run time."""
+    """Turn functions, extensions and extension switches on or off at run time.
+
+    A change applies to the next call fleet-wide: workers read the switch states with
+    each call's claim, and a producer re-reads them before refusing a switched-off call.
+    """
 
 
-def _client(ctx: click.Context) -> redis.Redis:
-    url: str = ctx.obj.require_url()
-    return redis.Redis.from_url(url)
+def _catalog_switches(client: redis.Redis, namespace: str) -> tuple[set[str], dict[str, bool]]:
+    """What the catalog knows: every switchable name, and the declared switches' defaults.
+
+    Switchable names are function names, ``ext_<slug>`` and declared extension switches.
+    """
+    names: set[str] = set()
+    declared: dict[str, bool] = {}
+    for data in client.hvals(catalog_key(namespace)):
+        try:
+            entry: dict[str, Any] = codec.loads(data)
+        except codec.DecodeError:
+            continue
+        if not isinstance(entry, dict):
+            continue
+        names |= {str(entry.get("name")), extension_switch(str(entry.get("slug", "")))}
+        for item in entry.get("switches") or []:
+            declared[str(item["name"])] = bool(item.get("default", True))
+    return names | set(declared), declared
 
 
-def _set(ctx: click.Context, name: str, state: str) -> None:
-    client = _client(ctx)
-    client.hset(switches_key(ctx.obj.settings.namespace), name, state)
-    client.close()
+def _unknown(name: str, known: list[str], what: str) -> click.ClickException:
+    nearest = difflib.get_close_matches(name, known, n=5, cutoff=0.6)
+    if nearest:
+        return click.ClickException(f"{what} {name!r}; nearest: {', '.join(nearest)}")
+    return click.ClickException(f"{what} {name!r} (see `toolfleet tools --all`)")
+
+
+def _set(ctx: click.Context, name: str, state: str, force: bool) -> None:
+    client: redis.Redis = ctx.obj.redis()
+    namespace = ctx.obj.settings.namespace
+    try:
+        if not force:
+            known = sorted(_catalog_switches(client, namespace)[0])
+            if not known:
+                raise click.ClickException(
+                    "the catalog is empty: start a worker first, or pass --force to set "
+                    f"{name!r} anyway"
+                )
+            if name not in known:
+                raise _unknown(name, known, "no function, extension or switch named")
+        client.hset(switches_key(namespace), name, state)
+    finally:
+        client.close()
     click.echo(f"{name}: {state}")
+
+
+_FORCE = click.option(
+    "--force", is_flag=True, help="Set NAME even if no catalogued worker knows it (yet)."
+)
 
 
 @switch.command(name="on")
 @click.argument("name")
+@_FORCE
 @click.pass_context
-def switch_on(ctx: click.Context, name: str) -> None:
+def switch_on(ctx: click.Context, name: str, force: bool) -> None:
     """Turn switch NAME on (a function name, ext_<slug>, or ext_<slug>_<switch>)."""
-    _set(ctx, name, "on")
+    _set(ctx, name, "on", force)
 
 
 @switch.command(name="off")
 @click.argument("name")
+@_FORCE
 @click.pass_context
-def switch_off(ctx: click.Context, name: str) -> None:
-    """Turn switch NAME off; workers pick it up within their heartbeat interval."""
-    _set(ctx, name, "off")
+def switch_off(ctx: click.Context, name: str, force: bool) -> None:
+    """Turn switch NAME off; the next call anywhere in the fleet sees it."""
+    _set(ctx, name, "off", force)
+
+
+@switch.command(name="delete")
+@click.argument("name")
+@click.pass_context
+def switch_delete(ctx: click.Context, name: str) -> None:
+    """Remove switch NAME from Redis: it falls back to its declared default (else on)."""
+    client: redis.Redis = ctx.obj.redis()
+    key = switches_key(ctx.obj.settings.namespace)
+    try:
+        if not client.hdel(key, name):
+            raw: list[bytes] = client.hkeys(key)  # type: ignore[assignment]
+            raise _unknown(name, sorted(k.decode() for k in raw), "no switch is set named")
+    finally:
+        client.close()
+    click.echo(f"{name}: deleted")
 
 
 @switch.command(name="list")
 @click.pass_context
 def switch_list(ctx: click.Context) -> None:
     """List declared switches and every switch set in Redis, with their states."""
-    client = _client(ctx)
+    client: redis.Redis = ctx.obj.redis()
     namespace = ctx.obj.settings.namespace
-    raw_states: dict[bytes, bytes] = client.hgetall(switches_key(namespace))  # type: ignore[assignment]
+    try:
+        raw_states: dict[bytes, bytes] = client.hgetall(switches_key(namespace))  # type: ignore[assignment]
+        declared = _catalog_switches(client, namespace)[1]
+    finally:
+        client.close()
     states = {k.decode(): v.decode() for k, v in raw_states.items()}
-    declared: dict[str, bool] = {}
-    for data in client.hvals(catalog_key(namespace)):
-        entry: dict[str, Any] = codec.loads(data)
-        for item in entry.get("switches") or []:
-            declared[item["name"]] = bool(item.get("default", True))
-    client.close()
     table = Table("switch", "state", "source")
     for name in sorted(set(declared) | set(states)):
         if name in states:
@@ -102,6 +163,7 @@ def check(
     workers reported are listed too.
     """
     settings = ctx.obj.settings
+    client: redis.Redis | None = ctx.obj.redis() if settings.redis_url else None  # fail first
     folders = [*settings.extension_folders(), *paths]
     loaded, errors = load_all(list(specs), folders=folders, entry_points_too=not no_entry_points)
     toolkit = Toolkit(namespace=settings.namespace, secrets_dir=settings.secrets_dir)
@@ -112,8 +174,7 @@ def check(
         toolkit.close()  # this check's own MCP servers (started to list their tools)
     fleet_mcp: dict[str, int] | None = None
     reported: dict[bytes, bytes] = {}
-    if settings.redis_url:
-        client = redis.Redis.from_url(settings.redis_url)
+    if client is not None:
         reported = client.hgetall(extension_errors_key(settings.namespace))  # type: ignore[assignment]
         fleet_mcp = _fleet_mcp_processes(client, settings.namespace, settings.worker_ttl_s)
         client.close()

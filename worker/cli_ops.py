@@ -16,6 +16,7 @@ from rich.table import Table
 
 from toolfleet.shared import codec
 from toolfleet.shared.naming import catalog_key, events_key, workers_key
+from toolfleet.worker.cli_support import Outage
 from toolfleet.worker.health import check_live, check_ready
 
 __all__ = ["events", "health", "top"]
@@ -24,11 +25,6 @@ console = Console()
 
 #: Seconds of events ``top`` summarises per function.
 WINDOW_S = 60.0
-
-
-def _client(ctx: click.Context) -> redis.Redis:
-    url: str = ctx.obj.require_url()
-    return redis.Redis.from_url(url, socket_timeout=5)
 
 
 def _recent_events(client: redis.Redis, namespace: str, window_s: float) -> list[dict[str, Any]]:
@@ -118,16 +114,23 @@ def _quantile(values: list[float], q: float) -> float:
 @click.pass_context
 def top(ctx: click.Context, once: bool, interval: float) -> None:
     """A live view of queues, workers and per-function calls/s, latency and errors."""
-    client = _client(ctx)
+    client: redis.Redis = ctx.obj.redis(socket_timeout=5)
     namespace = ctx.obj.settings.namespace
     if once:
         console.print(render_top(client, namespace))
         return
+    outage = Outage(ctx.obj.settings.redis_url)
     with Live(render_top(client, namespace), console=console, refresh_per_second=4) as live:
         try:
             while True:
                 time.sleep(interval)
-                live.update(render_top(client, namespace))
+                try:
+                    frame = render_top(client, namespace)
+                except (redis.ConnectionError, redis.TimeoutError) as exc:
+                    time.sleep(outage.failed(exc))
+                    continue
+                outage.recovered()
+                live.update(frame)
         except KeyboardInterrupt:
             pass
 
@@ -140,13 +143,19 @@ def top(ctx: click.Context, once: bool, interval: float) -> None:
 @click.pass_context
 def events(ctx: click.Context, count: int, from_start: bool) -> None:
     """Tail the lifecycle events stream as JSON lines."""
-    client = _client(ctx)
+    client: redis.Redis = ctx.obj.redis(socket_timeout=5)
     key = events_key(ctx.obj.settings.namespace)
+    outage = Outage(ctx.obj.settings.redis_url)
     last = "0-0" if from_start else "$"
     seen = 0
     try:
         while not count or seen < count:
-            batch: Any = client.xread({key: last}, block=1000, count=100)
+            try:
+                batch: Any = client.xread({key: last}, block=1000, count=100)
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                time.sleep(outage.failed(exc))
+                continue
+            outage.recovered()
             for _stream, rows in batch or []:
                 for entry_id, fields in rows:
                     last = entry_id

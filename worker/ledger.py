@@ -26,7 +26,14 @@ from typing import Any, TypeVar
 import redis
 
 from toolfleet.shared import codec
-from toolfleet.shared.naming import cancel_key, claim_key, events_key, outcome_key, workers_key
+from toolfleet.shared.naming import (
+    cancel_key,
+    claim_key,
+    events_key,
+    outcome_key,
+    switches_key,
+    workers_key,
+)
 from toolfleet.shared.wire import ReplyEnvelope, ToolCallRequest, ToolCallResult, ToolEvent
 
 __all__ = ["Claim", "Ledger"]
@@ -49,6 +56,8 @@ class Claim:
         canceled: the call was canceled before it ran.
         owner: the worker holding the claim when not acquired.
         owner_alive: whether that worker still heartbeats.
+        switches: the switch states read in the same round trip (the ``<ns>:switches``
+            hash as Redis returned it), so a switch change applies to the next call.
     """
 
     acquired: bool
@@ -56,6 +65,7 @@ class Claim:
     canceled: bool = False
     owner: str | None = None
     owner_alive: bool = False
+    switches: dict[Any, Any] | None = None
 
 
 class Ledger:
@@ -121,19 +131,26 @@ class Ledger:
         pipe.get(key)
         pipe.get(outcome_key(self.namespace, request.id))
         pipe.exists(cancel_key(self.namespace, request.id))
-        acquired, owner, outcome, canceled = pipe.execute()
+        pipe.hgetall(switches_key(self.namespace))
+        acquired, owner, outcome, canceled, switches = pipe.execute()
         if outcome is not None:
-            return Claim(acquired=False, outcome=outcome)
+            return Claim(acquired=False, outcome=outcome, switches=switches)
         if acquired:
-            return Claim(acquired=True, canceled=bool(canceled))
+            return Claim(acquired=True, canceled=bool(canceled), switches=switches)
         owner_id = owner.decode() if isinstance(owner, bytes) else owner
         if owner_id == self.worker_id:
-            return Claim(acquired=True, canceled=bool(canceled))
+            return Claim(acquired=True, canceled=bool(canceled), switches=switches)
         score = (
             self.client.zscore(workers_key(self.namespace, queue), owner_id) if owner_id else None
         )
         alive = score is not None and score >= time.time() - self.worker_ttl_s
-        return Claim(acquired=False, canceled=bool(canceled), owner=owner_id, owner_alive=alive)
+        return Claim(
+            acquired=False,
+            canceled=bool(canceled),
+            owner=owner_id,
+            owner_alive=alive,
+            switches=switches,
+        )
 
     def take_over(self, request: ToolCallRequest) -> None:
         """Claim a call whose owner died (before re-running an idempotent tool)."""

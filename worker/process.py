@@ -17,6 +17,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 import dramatiq
+import redis
 
 from toolfleet.shared.naming import affinity_queue_for, brokers_key
 from toolfleet.shared.settings import Settings
@@ -29,6 +30,7 @@ from toolfleet.worker.health import remove_heartbeat, write_heartbeat
 from toolfleet.worker.ledger import Ledger
 from toolfleet.worker.loader import load_all
 from toolfleet.worker.logs import configure_logging
+from toolfleet.worker.reachability import wait_until_reachable
 from toolfleet.worker.redaction import Redactor
 from toolfleet.worker.toolkit import Toolkit
 
@@ -104,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         toolkit.process_runner = _process_runner(args, settings, toolkit)
 
     factory = args.redis_client or settings.redis_client  # each process calls it itself
+    if not wait_until_reachable(args.redis_url, stop, factory=factory):  # Redis down
+        return 0
     broker = make_broker(args.redis_url, args.namespace, factory=factory)
     broker.heartbeat_timeout = int(settings.broker_heartbeat_timeout_s * 1000)
 
@@ -148,16 +152,21 @@ def main(argv: list[str] | None = None) -> int:
         args.threads,
     )
     metrics.WORKER_UP.set(1)
-    code = _serve_until_stopped(stop, toolkit, settings)
-    log.info("draining (grace %.1f s)", args.shutdown_grace_s)
-    publisher.stop()
-    worker.stop(timeout=int(args.shutdown_grace_s * 1000))
-    cancels.stop()
-    broker.client.hdel(brokers_key(args.namespace), worker_id)
-    toolkit.close()  # MCP sessions, then the event loop
-    if toolkit.process_runner is not None:
-        toolkit.process_runner.close()
-    remove_heartbeat(settings.health_dir)
+    try:
+        code = _serve_until_stopped(stop, toolkit, settings)
+        log.info("draining (grace %.1f s)", args.shutdown_grace_s)
+        publisher.stop()
+        worker.stop(timeout=int(args.shutdown_grace_s * 1000))
+        cancels.stop()
+        try:
+            broker.client.hdel(brokers_key(args.namespace), worker_id)
+        except redis.RedisError as exc:  # Redis gone at shutdown: its entry expires unread
+            log.warning("could not unregister from Redis: %s", exc)
+        toolkit.close()  # MCP sessions, then the event loop
+        if toolkit.process_runner is not None:
+            toolkit.process_runner.close()
+    finally:
+        remove_heartbeat(settings.health_dir)
     return code
 
 

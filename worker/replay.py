@@ -169,9 +169,22 @@ def _sample_case(path: Path, number: int, row: dict[str, Any]) -> Expected:
 
 
 def replay(
-    client: ToolClient, cases: list[Expected], entries: int, timeout_s: float = 30.0
+    client: ToolClient,
+    cases: list[Expected],
+    entries: int,
+    timeout_s: float = 30.0,
+    on_result: Callable[[ToolCallResult], None] | None = None,
 ) -> ReplayReport:
-    """Submit every case at once, wait for all, and compare."""
+    """Submit every case at once, wait for all, and compare.
+
+    Args:
+        client: the producer client to call through.
+        cases: the calls and what each must return.
+        entries: how many source entries the cases came from (for the report).
+        timeout_s: each call's deadline, seconds from its submission.
+        on_result: called with each result, in case order, before it is compared; an
+            exception it raises stops the replay (e.g. Redis is gone).
+    """
     report = ReplayReport(entries=entries, calls=len(cases))
     futures: list[CallFuture] = []
     for i, case in enumerate(cases):
@@ -183,6 +196,8 @@ def replay(
         futures.append(future)
     for case, future in zip(cases, futures, strict=True):
         result = future.result()
+        if on_result is not None:
+            on_result(result)
         report.statuses[result.status.value] += 1
         why = _mismatch(case, result)
         if why:

@@ -23,6 +23,7 @@ import redis
 from toolfleet.shared.settings import Settings
 from toolfleet.worker.exposition import mark_dead, prepare_multiprocess_dir, serve_metrics
 from toolfleet.worker.health import remove_heartbeat
+from toolfleet.worker.reachability import wait_until_reachable
 from toolfleet.worker.recovery import recover_dead_worker
 from toolfleet.worker.redis_factory import redis_client
 
@@ -152,6 +153,10 @@ class Supervisor:
             self.options.namespace,
             factory=self.options.redis_client,
         )
+        if not wait_until_reachable(
+            self.options.redis_url, self._stop, factory=self.options.redis_client
+        ):
+            return 0  # stopped while Redis was down: nothing started, nothing to drain
         for slot in self.slots:
             self._start(slot)
         nothing_to_serve = False

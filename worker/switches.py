@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import redis
 
 from toolfleet.shared.naming import switches_key
@@ -24,7 +27,10 @@ class SwitchBoard:
 
     def refresh(self, client: redis.Redis) -> None:
         """Read every switch state (one round trip)."""
-        raw = client.hgetall(switches_key(self.namespace))
+        self.load(client.hgetall(switches_key(self.namespace)))
+
+    def load(self, raw: Mapping[Any, Any]) -> None:
+        """Take every switch state from ``raw``, the ``<ns>:switches`` hash as read."""
         self._states = {
             (k.decode() if isinstance(k, bytes) else str(k)): (v in (b"on", "on", b"1", "1"))
             for k, v in raw.items()
