@@ -29,6 +29,9 @@ __all__ = ["EXIT_FAILED", "CliState", "Outage", "ToolfleetGroup", "connection_fa
 #: Exit status of a command that could not reach Redis or was misconfigured.
 EXIT_FAILED = 2
 
+#: Seconds a command waits for Redis to connect or answer (at least ``redis_timeout_s``).
+CLI_TIMEOUT_S = 10.0
+
 _WHERE = "pass --redis-url or set TOOLFLEET_REDIS_URL"
 
 
@@ -62,7 +65,8 @@ class CliState:
             ConnectionFailed: Redis did not answer.
         """
         url = self.require_url()
-        timeout_s = self.settings.redis_timeout_s
+        # a person waits for an answer: a busy Redis gets longer than a producer would give it
+        timeout_s = max(self.settings.redis_timeout_s, CLI_TIMEOUT_S)
         options.setdefault("socket_connect_timeout", timeout_s)
         options.setdefault("socket_timeout", timeout_s)
         client = redis.Redis.from_url(url, **options)
