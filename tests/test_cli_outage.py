@@ -316,3 +316,40 @@ def test_ctrl_c_while_the_demo_stops_is_quiet() -> None:
     while time.monotonic() < deadline and subprocess.run(pgrep, check=False).returncode == 0:
         time.sleep(0.1)
     assert subprocess.run(pgrep, check=False, capture_output=True).stdout == b""
+
+
+def test_replay_stops_with_one_line_when_redis_goes_away(
+    private_redis: PrivateRedis, tmp_path: Path
+) -> None:
+    """A replay whose Redis goes away mid-run stops with one line saying so instead of a
+    mismatch for every call left."""
+    private_redis.start()
+    process, log = _worker(private_redis.url, tmp_path)
+    namespace = _namespace_of(process.args)  # type: ignore[arg-type]
+    calls = tmp_path / "calls.jsonl"
+    row = '{"function": "ext_fleet_test_sleep", "arguments": {"seconds": 0.5}}\n'
+    calls.write_text(row * 12)
+    watcher = redis.Redis.from_url(private_redis.url)
+    try:
+        _wait_for(lambda: "serving" in log.read_text(), 90, "the worker to serve")
+        replay = subprocess.Popen(
+            [toolfleet_command(), "replay", str(calls), "--timeout", "5"]
+            + ["--redis-url", private_redis.url, "--namespace", namespace],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(),
+        )
+        answered = events_key(namespace)  # the worker logs each answer there
+        _wait_for(lambda: watcher.exists(answered), 60, "a first answer")
+        watcher.close()
+        private_redis.stop()
+        out, err = replay.communicate(timeout=60)
+        text = out + err
+        assert replay.returncode == 2, text
+        assert len([line for line in text.splitlines() if line.strip()]) <= 3, text
+        assert "cannot reach Redis at redis://:***@127.0.0.1:" in text
+        assert "mismatch" not in text and "Traceback" not in text and PASSWORD not in text
+    finally:
+        watcher.close()
+        _stop(process)

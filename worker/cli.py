@@ -12,7 +12,6 @@ import os
 import signal
 import sys
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -23,7 +22,6 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from toolfleet.producer import ToolClient
 from toolfleet.shared import codec
 from toolfleet.shared.export import FORMATS
 from toolfleet.shared.naming import default_queue_for
@@ -41,6 +39,10 @@ from toolfleet.worker.supervisor import Supervisor, WorkerOptions
 __all__ = ["main"]
 
 console = Console()
+
+
+#: Statuses a producer answers when Redis may have gone away during the call.
+REDIS_MAY_BE_GONE = frozenset({Status.NOT_AVAILABLE, Status.TIMEOUT})
 
 
 def _worker_options(settings: Settings, **kwargs: Any) -> WorkerOptions:
@@ -135,11 +137,10 @@ def worker(
 @click.pass_obj
 def call(obj: CliState, function: str, arguments: str, timeout_s: float) -> None:
     """Call FUNCTION with ARGUMENTS (a JSON string); print the result. Exit 0 only for ok."""
-    obj.ping()
-    with ToolClient(obj.require_url(), settings=obj.settings) as client:
+    with obj.tool_client() as client:
         result = client.call(function, arguments, timeout_s=timeout_s)
-    if result.status is Status.NOT_AVAILABLE:
-        obj.ping()  # Redis went away during the call: say so, not "not_available"
+    if result.status in REDIS_MAY_BE_GONE:
+        obj.ping()  # Redis went away during the call: say so instead
     click.echo(codec.dumps_str(result.model_dump(mode="json")))
     sys.exit(0 if result.ok else 1)
 
@@ -159,8 +160,7 @@ def call(obj: CliState, function: str, arguments: str, timeout_s: float) -> None
 @click.pass_obj
 def tools(obj: CliState, account: str | None, fmt: str, include_unavailable: bool) -> None:
     """Print the fleet's tools as JSON, in a model API's format."""
-    obj.ping()
-    with ToolClient(obj.require_url(), settings=obj.settings) as client:
+    with obj.tool_client() as client:
         listed = client.tools(account=account, format=fmt, include_unavailable=include_unavailable)
     click.echo(codec.dumps_str(listed))
 
@@ -176,8 +176,7 @@ def replay_command(obj: CliState, files: tuple[Path, ...], timeout_s: float) -> 
 
     Exits 1 on any mismatch.
     """
-    obj.ping()
-    report = _replay(obj.require_url(), obj.settings, list(files), timeout_s, obj.ping)
+    report = _replay(obj, list(files), timeout_s)
     sys.exit(0 if report.ok else 1)
 
 
@@ -212,9 +211,9 @@ def demo(
     fleet = LocalFleet(options, ready_queues=[default_queue_for("bfcl")])
     try:
         fleet.start()
-        fleet_settings = settings.model_copy(update={"redis_url": fleet.redis_url})
-        check = CliState(fleet_settings).ping
-        report = _replay(fleet.redis_url, fleet_settings, paths, timeout_s, check)
+        on_fleet = CliState(settings.model_copy(update={"redis_url": fleet.redis_url}))
+        on_fleet.debug = obj.debug
+        report = _replay(on_fleet, paths, timeout_s)
     finally:
         _ignore_termination()  # a Ctrl-C while the fleet stops must not cut the clean-up short
         fleet.stop()
@@ -239,24 +238,18 @@ def _ignore_termination() -> None:
         signal.signal(signum, signal.SIG_IGN)
 
 
-def _replay(
-    url: str,
-    settings: Settings,
-    paths: list[Path],
-    timeout_s: float,
-    check_redis: Callable[[], None],
-) -> ReplayReport:
-    """Replay ``paths``; stop at the first ``not_available`` result if Redis is gone."""
+def _replay(state: CliState, paths: list[Path], timeout_s: float) -> ReplayReport:
+    """Replay ``paths``; stop at the first failed call if Redis is gone meanwhile."""
     try:
         cases, entries = load_cases(paths)
     except (OSError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
 
     def on_result(result: ToolCallResult) -> None:
-        if result.status is Status.NOT_AVAILABLE:
-            check_redis()  # raises ConnectionFailed: one line instead of a mismatch per call
+        if result.status in REDIS_MAY_BE_GONE:
+            state.ping()  # raises ConnectionFailed: one line instead of a mismatch per call
 
-    with ToolClient(url, settings=settings) as client:
+    with state.tool_client() as client:
         report = replay(client, cases, entries, timeout_s=timeout_s, on_result=on_result)
     _print_report(report)
     return report

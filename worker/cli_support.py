@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import traceback
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from typing import Any, NoReturn
 import click
 import redis
 
+from toolfleet.producer import ToolClient
 from toolfleet.shared.errors import ConfigurationError, ConnectionFailed, ToolfleetError
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.urls import check_redis_url, redacted_url
@@ -76,6 +78,20 @@ class CliState:
             client.close()
             raise connection_failed(exc, url) from exc
         return client
+
+    def tool_client(self) -> ToolClient:
+        """A producer client for the configured URL, after checking that Redis answers.
+
+        The producer's own warnings (a reply listener reconnecting, calls it could not
+        cancel) stay off the terminal unless ``--debug``: the command reports the outcome.
+
+        Raises:
+            click.UsageError, ConfigurationError, ConnectionFailed: see :meth:`redis`.
+        """
+        self.ping()
+        if not self.debug:
+            logging.getLogger("toolfleet.producer").setLevel(logging.CRITICAL)
+        return ToolClient(self.require_url(), settings=self.settings)
 
     def ping(self) -> None:
         """Check that Redis answers (before building a producer client on it).
