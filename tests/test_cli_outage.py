@@ -353,3 +353,16 @@ def test_replay_stops_with_one_line_when_redis_goes_away(
     finally:
         watcher.close()
         _stop(process)
+
+
+def test_wrong_password_is_one_line_without_the_password(private_redis: PrivateRedis) -> None:
+    """A Redis that refuses the URL's password is reported in at most 3 lines that name the
+    fix and do not repeat the password."""
+    private_redis.start()
+    wrong = private_redis.url.replace(PASSWORD, "not-the-pw")
+    out = _run(["switch", "list", "--redis-url", wrong])
+    text = out.stdout + out.stderr
+    assert out.returncode == 2, text
+    assert 1 <= len(_lines(out)) <= 3, text
+    assert "refused the credentials" in text and "password" in text
+    assert "not-the-pw" not in text and "Traceback" not in text
