@@ -482,6 +482,28 @@ def test_mcp_shape_uses_input_schema_and_display_name_as_title() -> None:
     ]
 
 
+def test_mcp_shape_carries_annotations_and_output_schema_when_known() -> None:
+    """mcp: the entry's MCP hints (only MCP's keys), idempotentHint for an idempotent tool,
+    and its output_schema as outputSchema; absent when nothing is known."""
+    out = {"type": "object", "properties": {"time": {"type": "string"}}}
+    entries = [
+        {
+            **_entry(Page),
+            "annotations": {"readOnlyHint": True, "destructiveHint": False, "other": 1},
+            "output_schema": out,
+        },
+        {**_entry(Search), "idempotent": True},
+        {**_entry(Search), "idempotent": True, "annotations": {"idempotentHint": False}},
+    ]
+    first, second, third = export_tools(entries, "mcp")
+    assert first["annotations"] == {"readOnlyHint": True, "destructiveHint": False}
+    assert first["outputSchema"] == out and first["outputSchema"] is not out
+    assert second["annotations"] == {"idempotentHint": True} and "outputSchema" not in second
+    assert third["annotations"] == {"idempotentHint": False}
+    (plain,) = export_tools([_entry(Page)], "mcp")
+    assert "annotations" not in plain and "outputSchema" not in plain
+
+
 @pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "display"])
 def test_display_description_is_never_sent_to_the_model(fmt: str) -> None:
     """display_description is for people: no model format carries it."""
