@@ -561,6 +561,78 @@ def test_images_are_pinned_and_toolfleet_matches_the_package(overlay: str) -> No
                 assert tag == version
 
 
+# --- the MCP gateway ------------------------------------------------------------------
+
+GATEWAY_LABELS = {
+    "app.kubernetes.io/name": "toolfleet",
+    "app.kubernetes.io/component": "mcp-gateway",
+}
+
+
+def _gateway(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The gateway's Deployment and its one container."""
+    (deployment,) = [
+        d
+        for d in _of_kind(docs, "Deployment")
+        if GATEWAY_LABELS.items() <= d["spec"]["template"]["metadata"]["labels"].items()
+    ]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return deployment, container
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_mcp_gateway_deployment_and_service(overlay: str) -> None:
+    """Every overlay runs the gateway: its command parses with the real CLI (stateless HTTP,
+    tokens required), and a Service selects its pods on the container's MCP port."""
+    docs = _rendered(overlay)
+    deployment, container = _gateway(docs)
+    argv = container["args"]
+    _parse_cli(argv)
+    assert argv[1:3] == ["mcp", "serve"] and _option_values(argv, "--transport") == ["http"]
+    assert "--no-auth" not in argv and _option_values(argv, "--tokens-file")
+    port = {p["name"]: p["containerPort"] for p in container["ports"]}["mcp"]
+    assert _option_values(argv, "--port") == [str(port)]
+    (service,) = [
+        s for s in _of_kind(docs, "Service") if s["metadata"]["name"] == "toolfleet-mcp-gateway"
+    ]
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["mcp"]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_mcp_gateway_probes_are_http_routes_the_gateway_serves(overlay: str) -> None:
+    """Liveness and readiness are HTTP GETs on the MCP port, at paths the gateway's ASGI
+    application routes (/livez, /readyz)."""
+    pytest.importorskip("mcp", reason="the mcp extra provides the gateway")
+    from toolfleet.producer import AsyncToolClient
+    from toolfleet.producer.mcp import GatewayConfig, http_app
+
+    app = http_app(AsyncToolClient("redis://127.0.0.1:1/0"), GatewayConfig(), token_verifier=None)
+    routes = {getattr(route, "path", None) for route in app.routes}
+    _, container = _gateway(_rendered(overlay))
+    for probe in ("livenessProbe", "readinessProbe"):
+        get = container[probe]["httpGet"]
+        assert get["port"] == "mcp" and get["path"] in routes
+    assert {container[p]["httpGet"]["path"] for p in ("livenessProbe", "readinessProbe")} == {
+        "/livez",
+        "/readyz",
+    }
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_mcp_gateway_tokens_file_is_in_a_read_only_secret_mount(overlay: str) -> None:
+    """--tokens-file names a file inside the read-only mount of the gateway's tokens Secret."""
+    docs = _rendered(overlay)
+    deployment, container = _gateway(docs)
+    (path,) = _option_values(container["args"], "--tokens-file")
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    secrets = {d["metadata"]["name"] for d in _of_kind(docs, "Secret")}
+    (mount,) = [m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/")]
+    assert mount.get("readOnly") is True
+    assert volumes[mount["name"]]["secret"]["secretName"] in secrets
+
+
 # --- compose ---------------------------------------------------------------------------
 
 
