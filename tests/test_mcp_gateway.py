@@ -26,8 +26,9 @@ import mcp_types as types
 import pytest
 import redis
 from mcp import Client
-from mcp.client.stdio import StdioServerParameters
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from conftest import TESTS, Fleet, start_fleet, toolfleet_command
 from toolfleet.producer.mcp import STATUS_META_KEY, TIMEOUT_META_KEY, token_digest
@@ -88,6 +89,7 @@ class Replica:
     process: subprocess.Popen[bytes]
     port: int
     log_path: Path
+    namespace: str
 
     @property
     def url(self) -> str:
@@ -111,7 +113,7 @@ def start_replica(fleet: Fleet, log_path: Path, *args: str) -> Replica:
     process = subprocess.Popen(
         [*argv, *args], env=_env(fleet), stdout=log, stderr=subprocess.STDOUT
     )
-    replica = Replica(process, port, log_path)
+    replica = Replica(process, port, log_path, fleet.namespace)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -342,6 +344,27 @@ def test_modern_listen_stream_gets_list_changed(mcp_fleet: Fleet, r: redis.Redis
         r.hdel(switches_key(mcp_fleet.namespace), "ext_fleet_test_sleep")
 
 
+def test_redis_outage_is_a_one_line_error_never_a_traceback(
+    mcp_fleet: Fleet, tmp_path: Path
+) -> None:
+    """With the fleet's Redis unreachable, tools/list is a JSON-RPC error saying so and a
+    call is isError not_available; the gateway keeps serving and logs no traceback."""
+    errlog = (tmp_path / "gateway.err").open("w+")
+    params = stdio_params(mcp_fleet)
+    params.env = {**(params.env or {}), "TOOLFLEET_REDIS_URL": "redis://127.0.0.1:1/0"}
+
+    async def scenario() -> types.CallToolResult:
+        async with Client(stdio_client(params, errlog=errlog), mode="legacy") as client:
+            with pytest.raises(MCPError, match="catalog is unreachable"):
+                await client.list_tools()
+            return await client.call_tool("ext_fleet_test_echo", {"text": "x"})
+
+    result = anyio.run(scenario)
+    assert result.is_error and (result.meta or {})[STATUS_META_KEY] == "not_available"
+    errlog.seek(0)
+    assert "Traceback" not in errlog.read()
+
+
 # -- HTTP ------------------------------------------------------------------------------
 
 
@@ -420,6 +443,29 @@ def test_http_progress_and_timeout(replicas: list[Replica]) -> None:
     assert messages == ["Counting to 2…", "step 1 of 2", "step 2 of 2"]
     assert slow.is_error and (slow.meta or {})[STATUS_META_KEY] == "timeout"
     assert elapsed < 1.0 + 1.5
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_http_cancelled_request_cancels_the_call_in_the_fleet(
+    replicas: list[Replica], r: redis.Redis, mode: str
+) -> None:
+    """Over HTTP, a request the client gives up on (read timeout) cancels its call in the
+    fleet: a cancel mark for it appears in Redis."""
+    pattern = f"{replicas[0].namespace}:cancel:*"
+    before = set(r.scan_iter(match=pattern))
+
+    async def scenario() -> None:
+        async with http_client(replicas, ACME_TOKEN, mode) as client:
+            with pytest.raises(Exception, match="(?i)timed out|timeout"):
+                await client.call_tool(
+                    "ext_fleet_test_slow", {"seconds": 20}, read_timeout_seconds=1.0
+                )
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and not set(r.scan_iter(match=pattern)) - before:
+                await anyio.sleep(0.05)
+
+    anyio.run(scenario)
+    assert set(r.scan_iter(match=pattern)) - before, "no call was canceled in the fleet"
 
 
 def test_http_probes(replicas: list[Replica]) -> None:

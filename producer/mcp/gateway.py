@@ -42,6 +42,8 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.session import ServerSession
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from toolfleet.producer.async_client import AsyncToolClient
@@ -199,8 +201,8 @@ class Gateway:
             for account in accounts:
                 try:
                     await self._check(account)
-                except (redis.RedisError, OSError) as exc:
-                    log.warning("catalog check failed: %s", exc)
+                except MCPError as exc:
+                    log.warning("catalog check failed: %s", exc.error.message)
                 except Exception:  # noqa: BLE001 - the watcher must outlive any one failure
                     log.exception("catalog check failed")
 
@@ -223,7 +225,15 @@ class Gateway:
     # -- helpers ---------------------------------------------------------------
 
     async def _tools(self, account: str | None) -> list[dict[str, Any]]:
-        return await self.client.tools(account=account, format="mcp")
+        """The account's MCP tool list.
+
+        Raises:
+            MCPError: Redis unreachable (a JSON-RPC internal error saying so, one line).
+        """
+        try:
+            return await self.client.tools(account=account, format="mcp")
+        except (redis.RedisError, OSError) as exc:
+            raise MCPError(INTERNAL_ERROR, f"the fleet's catalog is unreachable: {exc}") from None
 
     def _caller(self, ctx: ServerRequestContext[Any, Any]) -> Caller:
         """The request's caller: its verified bearer token over HTTP, else the default."""
