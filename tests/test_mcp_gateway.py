@@ -105,13 +105,15 @@ class Replica:
                 self.process.wait()
 
 
-def start_replica(fleet: Fleet, log_path: Path, *args: str) -> Replica:
+def start_replica(
+    fleet: Fleet, log_path: Path, *args: str, env: dict[str, str] | None = None
+) -> Replica:
     """Start an HTTP gateway replica and wait until /livez answers."""
     port = _free_port()
     argv = [toolfleet_command(), "mcp", "serve", "--transport", "http", "--port", str(port)]
     log = log_path.open("wb")
     process = subprocess.Popen(
-        [*argv, *args], env=_env(fleet), stdout=log, stderr=subprocess.STDOUT
+        [*argv, *args], env={**_env(fleet), **(env or {})}, stdout=log, stderr=subprocess.STDOUT
     )
     replica = Replica(process, port, log_path, fleet.namespace)
     deadline = time.monotonic() + 30
@@ -474,6 +476,25 @@ def test_http_probes(replicas: list[Replica]) -> None:
     assert httpx2.get(f"{base}/livez").status_code == 200
     ready = httpx2.get(f"{base}/readyz")
     assert ready.status_code == 200 and ready.json() == {"ready": True}
+
+
+def test_http_readyz_fails_while_redis_is_unreachable(mcp_fleet: Fleet, tmp_path: Path) -> None:
+    """With Redis unreachable the replica stays live (/livez 200) but not ready (/readyz 503,
+    saying why), and logs no traceback."""
+    replica = start_replica(
+        mcp_fleet,
+        tmp_path / "down.log",
+        "--no-auth",
+        env={"TOOLFLEET_REDIS_URL": "redis://127.0.0.1:1/0"},
+    )
+    try:
+        base = f"http://127.0.0.1:{replica.port}"
+        assert httpx2.get(f"{base}/livez").status_code == 200
+        ready = httpx2.get(f"{base}/readyz", timeout=10)
+    finally:
+        replica.stop()
+    assert ready.status_code == 503 and ready.json()["ready"] is False
+    assert "Traceback" not in replica.log_path.read_text()
 
 
 def test_http_refuses_to_start_without_auth_or_an_explicit_no_auth(mcp_fleet: Fleet) -> None:

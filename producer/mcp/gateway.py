@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import mcp_types as types
-import redis
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
@@ -51,6 +50,7 @@ from toolfleet.producer.events import CallEvent
 from toolfleet.producer.mcp.auth import Caller, caller_of
 from toolfleet.producer.mcp.results import call_tool_result
 from toolfleet.shared import codec
+from toolfleet.shared.errors import ConnectionFailed
 from toolfleet.shared.wire import ToolCallResult
 
 __all__ = ["TIMEOUT_META_KEY", "Gateway", "GatewayConfig"]
@@ -232,7 +232,7 @@ class Gateway:
         """
         try:
             return await self.client.tools(account=account, format="mcp")
-        except (redis.RedisError, OSError) as exc:
+        except ConnectionFailed as exc:
             raise MCPError(INTERNAL_ERROR, f"the fleet's catalog is unreachable: {exc}") from None
 
     def _caller(self, ctx: ServerRequestContext[Any, Any]) -> Caller:

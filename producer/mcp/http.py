@@ -17,7 +17,6 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-import redis
 from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
 from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend, RequireAuthMiddleware
 from mcp.server.auth.provider import TokenVerifier
@@ -32,6 +31,7 @@ from starlette.routing import Route
 
 from toolfleet.producer.async_client import AsyncToolClient
 from toolfleet.producer.mcp.gateway import Gateway, GatewayConfig
+from toolfleet.shared.errors import ConnectionFailed
 
 __all__ = ["MCP_PATH", "http_app"]
 
@@ -86,8 +86,8 @@ def http_app(
     async def readyz(request: Request) -> JSONResponse:
         try:
             await client.tools(include_unavailable=True)
-        except (redis.RedisError, OSError) as exc:
-            return JSONResponse({"ready": False, "error": f"Redis unreachable: {exc}"}, 503)
+        except ConnectionFailed as exc:
+            return JSONResponse({"ready": False, "error": str(exc)}, 503)
         return JSONResponse({"ready": True})
 
     @contextlib.asynccontextmanager
