@@ -497,6 +497,32 @@ def test_http_readyz_fails_while_redis_is_unreachable(mcp_fleet: Fleet, tmp_path
     assert "Traceback" not in replica.log_path.read_text()
 
 
+def test_http_takes_a_pluggable_token_verifier(mcp_fleet: Fleet, tmp_path: Path) -> None:
+    """--token-verifier MODULE:ATTR plugs in any SDK TokenVerifier: its tokens' accounts
+    apply (acme sees and calls its tool) and a token it refuses gets 401."""
+    replica = start_replica(
+        mcp_fleet, tmp_path / "custom.log", "--token-verifier", "mcp_verifier:verifier"
+    )
+    try:
+
+        async def scenario() -> tuple[set[str], types.CallToolResult]:
+            async with http_client([replica], "acme-42", "auto") as client:
+                names = _names(await client.list_tools())
+                return names, await client.call_tool("ext_guarded_mode", {})
+
+        names, result = anyio.run(scenario)
+        refused = httpx2.post(
+            replica.url,
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
+            headers={"Authorization": "Bearer other-42"},
+        )
+    finally:
+        replica.stop()
+    assert "ext_guarded_mode" in names
+    assert not result.is_error and codec.loads(_text(result))["account"] == "acme"
+    assert refused.status_code == 401
+
+
 def test_http_refuses_to_start_without_auth_or_an_explicit_no_auth(mcp_fleet: Fleet) -> None:
     """`--transport http` with neither tokens nor --no-auth exits 2 with a one-line reason."""
     out = subprocess.run(
