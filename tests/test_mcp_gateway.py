@@ -299,6 +299,37 @@ def test_stdio_cancelled_request_cancels_the_call_in_the_fleet(
     assert set(r.scan_iter(match=pattern)) - before, "no call was canceled in the fleet"
 
 
+def test_calls_over_max_in_flight_are_rejected_by_their_deadline(mcp_fleet: Fleet) -> None:
+    """With --max-in-flight 1 and one call running, a second call waits for a slot within its
+    budget, then comes back isError rejected (backpressure), never a protocol error."""
+
+    async def scenario() -> tuple[types.CallToolResult, types.CallToolResult, float]:
+        params = stdio_params(mcp_fleet, "--max-in-flight", "1")
+        async with Client(params, mode="legacy") as client:
+            results: dict[str, types.CallToolResult] = {}
+
+            async def slow() -> None:
+                results["slow"] = await client.call_tool(
+                    "ext_fleet_test_slow", {"seconds": 3}, meta={TIMEOUT_META_KEY: 6.0}
+                )
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(slow)
+                await anyio.sleep(0.5)
+                started = time.monotonic()
+                second = await client.call_tool(
+                    "ext_fleet_test_echo", {"text": "x"}, meta={TIMEOUT_META_KEY: 1.0}
+                )
+                elapsed = time.monotonic() - started
+            return results["slow"], second, elapsed
+
+    slow, second, elapsed = anyio.run(scenario)
+    assert not slow.is_error
+    assert second.is_error and (second.meta or {})[STATUS_META_KEY] == "rejected"
+    assert "in flight" in _text(second)
+    assert elapsed < 1.0 + 1.5
+
+
 def test_stdio_list_changed_when_a_switch_flips(mcp_fleet: Fleet, r: redis.Redis) -> None:
     """A handshake-era stdio client that listed tools gets notifications/tools/list_changed
     when a switch takes a tool away, and the new list lacks it."""

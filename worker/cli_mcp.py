@@ -74,6 +74,13 @@ def mcp() -> None:
     show_default=True,
     help="Seconds between catalog checks for tools/list_changed notifications.",
 )
+@click.option(
+    "--max-in-flight",
+    type=click.IntRange(min=1),
+    default=10_000,
+    show_default=True,
+    help="Most calls in flight per gateway process; further calls wait, then are rejected.",
+)
 @click.pass_obj
 def serve(obj: Any, /, transport: str, host: str, port: int, **options: Any) -> None:
     """Serve the fleet as an MCP server until stdin closes (stdio) or SIGTERM (http)."""
@@ -93,7 +100,12 @@ def serve(obj: Any, /, transport: str, host: str, port: int, **options: Any) -> 
         watch_interval_s=options["watch_interval_s"],
         default_caller=Caller(options["account"]),
     )
-    client = AsyncToolClient(url, namespace=obj.settings.namespace, settings=obj.settings)
+    client = AsyncToolClient(
+        url,
+        namespace=obj.settings.namespace,
+        settings=obj.settings,
+        max_in_flight=options["max_in_flight"],
+    )
     if transport == "stdio":
         from toolfleet.producer.mcp import serve_stdio
 

@@ -50,8 +50,8 @@ from toolfleet.producer.events import CallEvent
 from toolfleet.producer.mcp.auth import Caller, caller_of
 from toolfleet.producer.mcp.results import call_tool_result
 from toolfleet.shared import codec
-from toolfleet.shared.errors import ConnectionFailed
-from toolfleet.shared.wire import ToolCallResult
+from toolfleet.shared.errors import ClientError, ConnectionFailed
+from toolfleet.shared.wire import Status, ToolCallResult
 
 __all__ = ["TIMEOUT_META_KEY", "Gateway", "GatewayConfig"]
 
@@ -144,12 +144,17 @@ class Gateway:
         timeout_s = self._timeout_s(ctx.meta)
         context = {"account": caller.account, "user": caller.user, "llmclient": "mcp"}
         arguments = params.arguments or {}
-        if _progress_token(ctx.meta) is None:
-            result = await self.client.call(
-                params.name, arguments, context=context, timeout_s=timeout_s
+        try:
+            if _progress_token(ctx.meta) is None:
+                result = await self.client.call(
+                    params.name, arguments, context=context, timeout_s=timeout_s
+                )
+            else:
+                result = await self._streamed_call(ctx, params.name, arguments, context, timeout_s)
+        except ClientError as exc:  # backpressure, or a call the client refuses outright
+            result = ToolCallResult(
+                id="", function=params.name, status=Status.REJECTED, content={"error": str(exc)}
             )
-        else:
-            result = await self._streamed_call(ctx, params.name, arguments, context, timeout_s)
         return call_tool_result(result, ctx.protocol_version)
 
     async def _streamed_call(
