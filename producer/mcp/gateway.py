@@ -39,6 +39,7 @@ import mcp_types as types
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPError
@@ -108,7 +109,7 @@ class Gateway:
         self._fingerprints: dict[str | None, str] = {}
         self._watcher: asyncio.Task[None] | None = None
 
-    def initialization_options(self) -> Any:
+    def initialization_options(self) -> InitializationOptions:
         """The ``initialize`` answer: tools with ``listChanged``."""
         return self.server.create_initialization_options(NotificationOptions(tools_changed=True))
 
