@@ -14,8 +14,8 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -204,6 +204,28 @@ def _names(listed: types.ListToolsResult) -> set[str]:
     return {tool.name for tool in listed.tools}
 
 
+def give_up_and_see_the_cancel(
+    connect: Callable[[], AbstractAsyncContextManager[Client]], r: redis.Redis, namespace: str
+) -> None:
+    """Call a 20 s tool, give up after 1 s (read timeout), then wait up to 5 s for a cancel
+    mark of a call in Redis; fail when none appears."""
+    pattern = f"{namespace}:cancel:*"
+    before = set(r.scan_iter(match=pattern))
+
+    async def scenario() -> None:
+        async with connect() as client:
+            with pytest.raises(Exception, match="(?i)timed out|timeout"):
+                await client.call_tool(
+                    "ext_fleet_test_slow", {"seconds": 20}, read_timeout_seconds=1.0
+                )
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and not set(r.scan_iter(match=pattern)) - before:
+                await anyio.sleep(0.05)
+
+    anyio.run(scenario)
+    assert set(r.scan_iter(match=pattern)) - before, "no call was canceled in the fleet"
+
+
 # -- stdio -----------------------------------------------------------------------------
 
 
@@ -282,21 +304,9 @@ def test_stdio_cancelled_request_cancels_the_call_in_the_fleet(
 ) -> None:
     """When the client gives up on a request (its read timeout sends notifications/cancelled),
     the gateway cancels the call in the fleet: a cancel mark for it appears in Redis."""
-    pattern = f"{mcp_fleet.namespace}:cancel:*"
-    before = set(r.scan_iter(match=pattern))
-
-    async def scenario() -> None:
-        async with Client(stdio_params(mcp_fleet), mode=mode) as client:
-            with pytest.raises(Exception, match="(?i)timed out|timeout"):
-                await client.call_tool(
-                    "ext_fleet_test_slow", {"seconds": 20}, read_timeout_seconds=1.0
-                )
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline and not set(r.scan_iter(match=pattern)) - before:
-                await anyio.sleep(0.05)
-
-    anyio.run(scenario)
-    assert set(r.scan_iter(match=pattern)) - before, "no call was canceled in the fleet"
+    give_up_and_see_the_cancel(
+        lambda: Client(stdio_params(mcp_fleet), mode=mode), r, mcp_fleet.namespace
+    )
 
 
 def test_calls_over_max_in_flight_are_rejected_by_their_deadline(mcp_fleet: Fleet) -> None:
@@ -484,21 +494,9 @@ def test_http_cancelled_request_cancels_the_call_in_the_fleet(
 ) -> None:
     """Over HTTP, a request the client gives up on (read timeout) cancels its call in the
     fleet: a cancel mark for it appears in Redis."""
-    pattern = f"{replicas[0].namespace}:cancel:*"
-    before = set(r.scan_iter(match=pattern))
-
-    async def scenario() -> None:
-        async with http_client(replicas, ACME_TOKEN, mode) as client:
-            with pytest.raises(Exception, match="(?i)timed out|timeout"):
-                await client.call_tool(
-                    "ext_fleet_test_slow", {"seconds": 20}, read_timeout_seconds=1.0
-                )
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline and not set(r.scan_iter(match=pattern)) - before:
-                await anyio.sleep(0.05)
-
-    anyio.run(scenario)
-    assert set(r.scan_iter(match=pattern)) - before, "no call was canceled in the fleet"
+    give_up_and_see_the_cancel(
+        lambda: http_client(replicas, ACME_TOKEN, mode), r, replicas[0].namespace
+    )
 
 
 def test_http_probes(replicas: list[Replica]) -> None:
