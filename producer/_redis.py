@@ -15,20 +15,70 @@ from __future__ import annotations
 
 import os
 import weakref
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import redis
 import redis.asyncio
 
-from toolfleet.shared.errors import ClientError, ConnectionFailed
+from toolfleet.shared.errors import ClientError, ConfigurationError, ConnectionFailed
+from toolfleet.shared.settings import Settings
+from toolfleet.shared.urls import check_redis_url, redacted_url
 
 __all__ = [
+    "RedisSource",
     "connection_failed",
+    "redis_source",
     "pool_of",
     "pool_where",
     "tcp_options",
     "track_forks",
 ]
+
+
+@dataclass(frozen=True)
+class RedisSource:
+    """Where a client's Redis is: a checked URL, or the caller's pool.
+
+    Attributes:
+        url: the URL, or ``None`` with a pool.
+        pool: the caller's connection pool (sync or asyncio), or ``None`` with a URL.
+        where: printable: the URL with its password masked, or the pool's address.
+    """
+
+    url: str | None
+    pool: Any
+    where: str
+
+
+def redis_source(
+    redis_url: str | None,
+    settings: Settings,
+    redis_client: Any,
+    connection_pool: Any,
+    *,
+    asyncio: bool,
+) -> RedisSource:
+    """What a client's constructor arguments say about its Redis.
+
+    A caller's client or pool wins over ``TOOLFLEET_REDIS_URL``; an explicit ``redis_url``
+    with one of them is misuse.
+
+    Raises:
+        ConfigurationError: neither a URL nor a client/pool, or a URL redis-py cannot use.
+        ClientError: see :func:`pool_of`, or a URL and a client/pool both given.
+    """
+    pool = pool_of(redis_client, connection_pool, asyncio=asyncio)
+    if pool is not None:
+        if redis_url:
+            raise ClientError("pass redis_url or a Redis client/pool, not both")
+        return RedisSource(None, pool, pool_where(pool))
+    url = redis_url or settings.redis_url
+    if not url:
+        raise ConfigurationError(
+            "no Redis URL: pass redis_url= (or redis_client=) or set TOOLFLEET_REDIS_URL"
+        )
+    return RedisSource(check_redis_url(url), None, redacted_url(url))
 
 
 def tcp_options(url: str) -> dict[str, Any]:

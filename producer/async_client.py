@@ -36,8 +36,7 @@ from toolfleet.producer._calls import (
 )
 from toolfleet.producer._redis import (
     connection_failed,
-    pool_of,
-    pool_where,
+    redis_source,
     tcp_options,
     track_forks,
 )
@@ -51,11 +50,10 @@ from toolfleet.producer.listener import EventSink, present
 from toolfleet.producer.publish import AsyncPublisher
 from toolfleet.producer.stream import TurnState, TurnStream
 from toolfleet.producer.turns import parse_tool_calls
-from toolfleet.shared.errors import ClientClosedError, ClientError, ConfigurationError
+from toolfleet.shared.errors import ClientClosedError, ClientError
 from toolfleet.shared.export import export_tools
 from toolfleet.shared.naming import cancel_channel, cancel_key, reply_key
 from toolfleet.shared.settings import Settings
-from toolfleet.shared.urls import check_redis_url, redacted_url
 from toolfleet.shared.wire import CallContext, Status, ToolCallRequest, ToolCallResult
 
 __all__ = ["COMMAND_CONNECTIONS", "AsyncCallFuture", "AsyncToolClient"]
@@ -117,25 +115,16 @@ class AsyncToolClient:
         submit_timeout_s: float = 30.0,
     ) -> None:
         self.settings = settings or Settings.from_env(redis_url=redis_url, namespace=namespace)
-        self._given_pool: redis.asyncio.ConnectionPool | None = pool_of(
-            redis_client, connection_pool, asyncio=True
-        )
-        url = redis_url or self.settings.redis_url
-        if self._given_pool is not None:
-            if redis_url:
-                raise ClientError("pass redis_url or a Redis client/pool, not both")
-            url = None
-        elif not url:
-            raise ConfigurationError("no Redis URL: pass redis_url= or set TOOLFLEET_REDIS_URL")
-        else:
-            check_redis_url(url)
+        source = redis_source(redis_url, self.settings, redis_client, connection_pool, asyncio=True)
+        self._given_pool = source.pool
         if not isinstance(max_in_flight, int) or max_in_flight < 1:
             raise ClientError("max_in_flight must be an integer >= 1")
         self.submit_timeout_s = check_timeout(submit_timeout_s)
         self.max_in_flight = max_in_flight
         #: the Redis URL, or ``None`` for a client built on a caller's client or pool
-        self.redis_url = url
-        self.where = redacted_url(url) if url else pool_where(self._given_pool)
+        self.redis_url = source.url
+        #: the Redis, printable (password masked)
+        self.where = source.where
         self.namespace = namespace or self.settings.namespace
         self._closed = False
         self._forked_with_given_pool = False

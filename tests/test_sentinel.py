@@ -176,3 +176,25 @@ def test_worker_with_a_broken_factory_says_so(tmp_path: Path) -> None:
     )
     assert done.returncode != 0
     assert "no_such_module_x" in done.stderr + done.stdout
+
+
+def test_worker_refuses_a_sentinel_url_pointing_to_the_factory() -> None:
+    """``toolfleet worker`` given a ``redis+sentinel://`` URL exits non-zero, saying to use
+    ``--redis-client`` and without printing the password."""
+    env = {
+        **os.environ,
+        "TOOLFLEET_REDIS_URL": "redis+sentinel://:pw-secret@127.0.0.1:26379/mymaster",
+        "TOOLFLEET_METRICS_PORT": "0",
+    }
+    done = subprocess.run(
+        [toolfleet_command(), "worker", "-p", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert "--redis-client" in output
+    assert "pw-secret" not in output
