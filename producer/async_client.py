@@ -63,6 +63,9 @@ log = logging.getLogger("toolfleet.producer")
 #: Most command connections one client opens (publishing, catalog, cancels).
 COMMAND_CONNECTIONS = 4
 
+#: In a forked child: the parent's pools and listeners of every client (see _after_fork).
+_parents_connections: list[object] = []
+
 
 class AsyncToolClient:
     """An asyncio client of the tool fleet, safe to share across the tasks of one loop.
@@ -172,6 +175,10 @@ class AsyncToolClient:
         if self._given_pool is not None:
             self._forked_with_given_pool = True
             return
+        # the parent's connections stay referenced, never collected here: closing them
+        # from the child's loop (redis.asyncio does on garbage collection) could write
+        # on sockets the parent still uses
+        _parents_connections.append((self._pool, self._redis, self._listener))
         self._per_process_state()
 
     def _listener_connection(self) -> redis.asyncio.Redis:

@@ -146,7 +146,8 @@ def test_async_client_made_before_fork_answers_in_the_child(fleet: Fleet) -> Non
     """An AsyncToolClient used on the parent's loop answers ``ok`` in a forked child's own
     loop by the call's deadline, with its own client id."""
     client = AsyncToolClient(fleet.redis_url, namespace=fleet.namespace)
-    first = asyncio.run(client.call(ADD, {"a": 1, "b": 2}, timeout_s=20))
+    loop = asyncio.new_event_loop()
+    first = loop.run_until_complete(client.call(ADD, {"a": 1, "b": 2}, timeout_s=20))
     assert first.content == 3
     parent_id = client.client_id
 
@@ -165,7 +166,11 @@ def test_async_client_made_before_fork_answers_in_the_child(fleet: Fleet) -> Non
 
         return asyncio.run(call())
 
-    outcome = _in_child(work)
+    try:
+        outcome = _in_child(work)
+    finally:
+        loop.run_until_complete(client.close())
+        loop.close()
     assert outcome.get("status") == "ok", outcome
     assert outcome["content"] == 42
     assert outcome["elapsed_s"] < DEADLINE_S + MARGIN_S
@@ -190,8 +195,8 @@ def _gunicorn(fleet: Fleet, port: int, log_path: Path) -> subprocess.Popen[bytes
         "30",
         "fork_app:app",
     ]
-    log = log_path.open("wb")
-    return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+    with log_path.open("wb") as log:
+        return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 def test_gunicorn_preload_workers_answer_calls_by_their_deadline(
