@@ -144,7 +144,8 @@ def connection_failed(exc: BaseException, where: str, doing: str) -> ConnectionF
         where: the Redis, printable (a redacted URL or :func:`pool_where`).
         doing: what failed, e.g. ``"reading the tool catalog"``.
     """
-    return ConnectionFailed(f"Redis at {where} failed {doing}: {exc}", url=where)
+    url = where if "://" in where else ""  # a Sentinel service has no URL
+    return ConnectionFailed(f"Redis at {where} failed {doing}: {exc}", url=url)
 
 
 class _ForkAware(Protocol):
