@@ -366,10 +366,14 @@ class AsyncToolClient:
         """The ``preparing`` event of a call still being written (see ``ToolClient.preparing``).
 
         Raises:
-            redis.RedisError: Redis unreachable.
+            ConnectionFailed: Redis unreachable or failing.
         """
+        self._check_fork()
         self._bind()
-        catalog = await self._catalog.get(function)
+        try:
+            catalog = await self._catalog.get(function)
+        except (redis.RedisError, OSError) as exc:
+            raise connection_failed(exc, self.where, "reading the tool catalog") from exc
         return preparing_event(
             catalog.entries.get(function), function, partial_arguments,
             tool_call_id=tool_call_id, index=index,

@@ -397,10 +397,13 @@ class ToolClient:
 
         Raises:
             ClientClosedError: the client is closed.
-            redis.RedisError: Redis unreachable.
+            ConnectionFailed: Redis unreachable or failing.
         """
         self._check_open()
-        catalog = self._catalog.get(function)
+        try:
+            catalog = self._catalog.get(function)
+        except redis.RedisError as exc:
+            raise connection_failed(exc, self.where, "reading the tool catalog") from exc
         return preparing_event(
             catalog.entries.get(function), function, partial_arguments,
             tool_call_id=tool_call_id, index=index,

@@ -114,3 +114,19 @@ def test_a_callers_client_of_the_wrong_kind_is_misuse(redis_url: str) -> None:
         ToolClient(redis_url, redis_client=sync_client)
     for client in (sync_client, decoding):
         client.close()
+
+
+def test_preparing_raises_connection_failed(dead_url: str) -> None:
+    """preparing() (both clients) with nothing listening raises ConnectionFailed."""
+    with (
+        ToolClient(dead_url, settings=_quick()) as client,
+        pytest.raises(ConnectionFailed),
+    ):
+        client.preparing("ext_x_y", "{")
+
+    async def run() -> None:
+        async with AsyncToolClient(dead_url, settings=_quick()) as client:
+            with pytest.raises(ConnectionFailed):
+                await client.preparing("ext_x_y", "{")
+
+    asyncio.run(run())
