@@ -82,6 +82,24 @@ class Settings(BaseSettings):
         """``extension_paths`` split on ``os.pathsep`` (``:`` on Linux), empty parts dropped."""
         return [Path(p) for p in self.extension_paths.split(os.pathsep) if p.strip()]
 
+    def as_environment(self) -> dict[str, str]:
+        """These settings as ``TOOLFLEET_*`` variables, which :meth:`from_env` reads back.
+
+        How a worker process gets its settings from the supervisor: through its
+        inherited environment, never its command line (``/proc/<pid>/cmdline`` is
+        readable by every user of the machine; ``environ`` only by the same user).
+
+        Returns:
+            ``{"TOOLFLEET_<NAME>": text}`` for each field that is not ``None``.
+        """
+        values = self.model_dump(exclude_none=True)
+        return {f"TOOLFLEET_{name.upper()}": str(value) for name, value in values.items()}
+
+    @classmethod
+    def variable_names(cls) -> set[str]:
+        """Every ``TOOLFLEET_<NAME>`` this class reads."""
+        return {f"TOOLFLEET_{name.upper()}" for name in cls.model_fields}
+
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
         """Read ``TOOLFLEET_*``; keyword arguments that are not ``None`` win over the env."""

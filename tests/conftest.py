@@ -120,8 +120,9 @@ class Fleet:
         return self.log_path.read_text(errors="replace")
 
     def worker_pids(self) -> list[int]:
+        """The live worker processes: the supervisor's children running the worker module."""
         out = subprocess.run(
-            ["pgrep", "-f", f"toolfleet.worker.process.*--namespace {self.namespace}"],
+            ["pgrep", "-P", str(self.process.pid), "-f", "toolfleet.worker.process"],
             capture_output=True,
             text=True,
             check=False,
@@ -173,6 +174,7 @@ def start_fleet(
     threads: int = 4,
     extra: list[str] | None = None,
     env: dict[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> Fleet:
     """Start ``toolfleet worker`` (the real CLI) with the test extension loaded."""
     full_env = {
@@ -199,7 +201,7 @@ def start_fleet(
         *(extra or []),
     ]
     log = log_path.open("wb")
-    process = subprocess.Popen(argv, env=full_env, stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(argv, env=full_env, stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
     fleet = Fleet(process, redis_url, namespace, log_path, processes)
     fleet.wait_ready()
     return fleet

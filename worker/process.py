@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import dramatiq
 import redis
 
+from toolfleet.shared.lifeline import die_with_parent
 from toolfleet.shared.naming import affinity_queue_for, brokers_key
 from toolfleet.shared.settings import Settings
 from toolfleet.worker import metrics
@@ -49,20 +50,18 @@ EXIT_STUCK = 4
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    """Parse the child's command line (written by the supervisor)."""
+    """Parse the child's command line (written by the supervisor).
+
+    It holds what only a worker process needs; every setting (Redis URL, namespace,
+    time-outs) comes from :class:`Settings`, through the inherited environment.
+    """
     parser = argparse.ArgumentParser(prog="toolfleet-worker-process")
-    parser.add_argument("--redis-url", default="")
-    parser.add_argument("--redis-client", default=None)
-    parser.add_argument("--namespace", required=True)
+    parser.add_argument("--parent-pid", type=int, default=None)
+    parser.add_argument("--index", type=int, default=0)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--queue", action="append", default=[])
     parser.add_argument("--extension", action="append", default=[])
     parser.add_argument("--no-entry-points", action="store_true")
-    parser.add_argument("--reply-ttl-s", type=int, default=300)
-    parser.add_argument("--heartbeat-interval-s", type=float, default=2.0)
-    parser.add_argument("--worker-ttl-s", type=float, default=10.0)
-    parser.add_argument("--shutdown-grace-s", type=float, default=30.0)
-    parser.add_argument("--index", type=int, default=0)
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
 
@@ -70,8 +69,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Run until SIGTERM/SIGINT or until the supervisor goes away; return the exit status."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    die_with_parent(args.parent_pid)  # before any extension code can hold the GIL
     worker_id = f"{socket.gethostname()}:{os.getpid()}"
     settings = Settings.from_env()
+    redis_url = settings.redis_url or ""  # empty when settings.redis_client builds the client
     redactor = Redactor()
     configure_logging(args.log_level, settings.log_format, worker_id, redactor)
     stop = threading.Event()
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 
     toolkit = Toolkit(
         worker_id=worker_id,
-        namespace=args.namespace,
+        namespace=settings.namespace,
         secrets_dir=settings.secrets_dir,
         max_result_bytes=settings.max_result_bytes,
     )
@@ -105,22 +106,24 @@ def main(argv: list[str] | None = None) -> int:
     if toolkit.needs_processes:
         toolkit.process_runner = _process_runner(args, settings, toolkit)
 
-    factory = args.redis_client or settings.redis_client  # each process calls it itself
-    if not wait_until_reachable(args.redis_url, stop, factory=factory):  # Redis down
+    factory = settings.redis_client  # each process calls it itself
+    if not wait_until_reachable(redis_url, stop, factory=factory):  # Redis down
         return 0
-    broker = make_broker(args.redis_url, args.namespace, factory=factory)
+    broker = make_broker(redis_url, settings.namespace, factory=factory)
     broker.heartbeat_timeout = int(settings.broker_heartbeat_timeout_s * 1000)
 
     def on_poison(queue: str, data: bytes, error: Exception) -> None:
         metrics.POISON_MESSAGES.labels(queue).inc()
-        _answer_poison(broker.client, args, data, error)
+        _answer_poison(broker.client, settings.reply_ttl_s, data, error)
 
     broker.on_poison = on_poison
     fleet_middleware(broker).reject = lambda raw, why: bool(
-        raw is not None and post_rejection(broker.client, args.reply_ttl_s, raw, why, worker_id)
+        raw is not None and post_rejection(broker.client, settings.reply_ttl_s, raw, why, worker_id)
     )
     dramatiq.set_broker(broker)
-    ledger = Ledger(broker.client, args.namespace, worker_id, args.reply_ttl_s, args.worker_ttl_s)
+    ledger = Ledger(
+        broker.client, settings.namespace, worker_id, settings.reply_ttl_s, settings.worker_ttl_s
+    )
     toolkit.emit = ledger.post_event
     slot = f"{socket.gethostname()}-{os.getppid()}-{args.index}"
     toolkit.affinity_routes = {
@@ -130,17 +133,17 @@ def main(argv: list[str] | None = None) -> int:
     declare_actors(
         broker, Worker(toolkit, ledger, settings.max_arguments_bytes), queues, private=routes
     )
-    broker.client.hset(brokers_key(args.namespace), worker_id, broker.broker_id)
+    broker.client.hset(brokers_key(settings.namespace), worker_id, broker.broker_id)
     publisher = CatalogPublisher(
         broker.client,
-        args.namespace,
+        settings.namespace,
         toolkit,
         queues | set(routes),
-        args.heartbeat_interval_s,
-        args.worker_ttl_s,
+        settings.heartbeat_interval_s,
+        settings.worker_ttl_s,
         broker=broker,
     )
-    cancels = CancelListener(args.redis_url, args.namespace, toolkit, factory=factory)
+    cancels = CancelListener(redis_url, settings.namespace, toolkit, factory=factory)
     worker = dramatiq.Worker(broker, queues=queues | set(routes), worker_threads=args.threads)
     worker.start()
     publisher.start()
@@ -154,12 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     metrics.WORKER_UP.set(1)
     try:
         code = _serve_until_stopped(stop, toolkit, settings)
-        log.info("draining (grace %.1f s)", args.shutdown_grace_s)
+        log.info("draining (grace %.1f s)", settings.shutdown_grace_s)
         publisher.stop()
-        worker.stop(timeout=int(args.shutdown_grace_s * 1000))
+        worker.stop(timeout=int(settings.shutdown_grace_s * 1000))
         cancels.stop()
         try:
-            broker.client.hdel(brokers_key(args.namespace), worker_id)
+            broker.client.hdel(brokers_key(settings.namespace), worker_id)
         except redis.RedisError as exc:  # Redis gone at shutdown: its entry expires unread
             log.warning("could not unregister from Redis: %s", exc)
         toolkit.close()  # MCP sessions, then the event loop
@@ -215,7 +218,7 @@ def _process_runner(
             [str(f) for f in settings.extension_folders()],
             not args.no_entry_points,
             str(settings.secrets_dir) if settings.secrets_dir else None,
-            args.namespace,
+            settings.namespace,
             args.log_level,
         ),
         preload=sorted(m for m in modules if m and not m.startswith("toolfleet.shared")),
@@ -224,7 +227,7 @@ def _process_runner(
     return runner
 
 
-def _answer_poison(client: object, args: argparse.Namespace, data: bytes, error: Exception) -> None:
+def _answer_poison(client: object, reply_ttl_s: int, data: bytes, error: Exception) -> None:
     """Answer ``rejected`` to an undecodable message when its request can still be read."""
     from toolfleet.shared import codec
 
@@ -235,7 +238,7 @@ def _answer_poison(client: object, args: argparse.Namespace, data: bytes, error:
     found = body.get("args") if isinstance(body, dict) else None
     inner = found[0] if isinstance(found, list) and found else None
     if inner is not None:
-        post_rejection(client, args.reply_ttl_s, inner, f"undecodable message: {error}", "")  # type: ignore[arg-type]
+        post_rejection(client, reply_ttl_s, inner, f"undecodable message: {error}", "")  # type: ignore[arg-type]
 
 
 def _install_signal_handlers(stop: threading.Event) -> None:

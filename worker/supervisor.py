@@ -7,7 +7,9 @@ or a container runtime's SIGTERM reaches each child exactly once, from here.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
 import socket
 import subprocess
@@ -36,6 +38,9 @@ log = logging.getLogger("toolfleet.worker.supervisor")
 #: restarting it forever. Any other exit, or this one later in life, is restarted.
 EXIT_NOTHING_TO_SERVE = 78
 CONFIG_EXIT_WINDOW_S = 60.0
+#: Seconds past ``shutdown_grace_s`` a worker process has to finish its drain (close its
+#: pools, say goodbye to Redis) before it is killed.
+KILL_MARGIN_S = 1.0
 
 
 @dataclass
@@ -75,32 +80,24 @@ class WorkerOptions:
     metrics_dir: str | None = None
 
     def argv(self, index: int) -> list[str]:
-        """The command line of worker process number ``index``."""
+        """The command line of worker process number ``index``.
+
+        It holds no setting (a Redis URL may carry a password, and every user of the
+        machine can read ``/proc/<pid>/cmdline``): those travel in :meth:`environment`.
+        """
         argv = [
             sys.executable,
             "-m",
             "toolfleet.worker.process",
-            "--redis-url",
-            self.redis_url,
-            "--namespace",
-            self.namespace,
-            "--threads",
-            str(self.threads),
+            "--parent-pid",
+            str(os.getpid()),
             "--index",
             str(index),
-            "--reply-ttl-s",
-            str(self.reply_ttl_s),
-            "--heartbeat-interval-s",
-            str(self.heartbeat_interval_s),
-            "--worker-ttl-s",
-            str(self.worker_ttl_s),
-            "--shutdown-grace-s",
-            str(self.shutdown_grace_s),
+            "--threads",
+            str(self.threads),
             "--log-level",
             self.log_level,
         ]
-        if self.redis_client:
-            argv += ["--redis-client", self.redis_client]
         for queue in self.queues:
             argv += ["--queue", queue]
         for spec in self.extensions:
@@ -108,6 +105,27 @@ class WorkerOptions:
         if not self.entry_points:
             argv.append("--no-entry-points")
         return argv
+
+    def settings(self) -> Settings:
+        """The worker processes' settings: the environment's, with these options on top."""
+        return Settings.from_env().model_copy(
+            update={
+                "redis_url": self.redis_url or None,
+                "redis_client": self.redis_client,
+                "namespace": self.namespace,
+                "reply_ttl_s": self.reply_ttl_s,
+                "heartbeat_interval_s": self.heartbeat_interval_s,
+                "worker_ttl_s": self.worker_ttl_s,
+                "shutdown_grace_s": self.shutdown_grace_s,
+            }
+        )
+
+    def environment(self) -> dict[str, str]:
+        """The environment of a worker process: this one's, with :meth:`settings` in it."""
+        names = Settings.variable_names()
+        env = {k: v for k, v in os.environ.items() if k not in names}
+        env.update(self.settings().as_environment())
+        return env
 
 
 @dataclass
@@ -122,7 +140,10 @@ class Supervisor:
     """Start, watch and stop the worker processes.
 
     ``run()`` blocks until SIGTERM/SIGINT (or :meth:`stop`), then forwards SIGTERM
-    once to each child, waits ``shutdown_grace_s`` plus a margin, and kills stragglers.
+    once to each child, waits ``shutdown_grace_s`` plus :data:`KILL_MARGIN_S`, and
+    kills (``SIGKILL``) stragglers with their process groups. Each worker process asks
+    the kernel to kill it when the supervisor dies (:mod:`toolfleet.shared.lifeline`),
+    so a supervisor killed outright leaves no worker process behind either.
     """
 
     #: seconds between restarts of the same slot when it keeps dying at start-up
@@ -190,7 +211,9 @@ class Supervisor:
             client.close()
 
     def _start(self, slot: _Slot) -> None:
-        slot.process = subprocess.Popen(self.options.argv(slot.index), start_new_session=True)
+        slot.process = subprocess.Popen(
+            self.options.argv(slot.index), env=self.options.environment(), start_new_session=True
+        )
         slot.started_at = time.monotonic()
 
     def _restart(self, slot: _Slot) -> None:
@@ -212,12 +235,17 @@ class Supervisor:
     def _drain_processes(self, live: list[subprocess.Popen[bytes]]) -> None:
         for process in live:
             process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + self.options.shutdown_grace_s + 5.0
+        deadline = time.monotonic() + self.options.shutdown_grace_s + KILL_MARGIN_S
         for process in live:
             try:
                 process.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
+                # A tool holding the GIL keeps the process from running its own drain;
+                # SIGKILL needs no cooperation. Its process group (its session, started
+                # here) goes too; its other children die with it (parent-death signal).
                 log.error("worker pid %d did not stop in time; killing it", process.pid)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)
                 process.kill()
                 process.wait()
 

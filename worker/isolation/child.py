@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from toolfleet.shared.errors import ExtensionToolError
+from toolfleet.shared.lifeline import die_with_parent
 from toolfleet.shared.tool import ExtensionContext
 from toolfleet.worker.isolation.base import ChildToolError
 
@@ -33,7 +34,13 @@ def init_child(
     namespace: str,
     log_level: str,
 ) -> None:
-    """Pool initializer: configure logging and load the extensions."""
+    """Pool initializer: arm the parent-death signal, configure logging, load the extensions.
+
+    The parent is the pool's fork server, which exits as soon as its worker process is
+    gone (it reads end-of-file on the worker's pipe; it runs no tool, so nothing can hold
+    its GIL); the kernel then kills this child, whatever its tool is doing.
+    """
+    die_with_parent()
     from toolfleet.worker.loader import load_all
     from toolfleet.worker.toolkit import Toolkit
 
