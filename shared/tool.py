@@ -229,6 +229,10 @@ class Extension:
         mcp: an MCP server whose tools this extension serves (then ``tools`` is empty:
             the worker lists them from the server).
         folder: the extension's folder (where relative MCP paths start), if it has one.
+        preflight: called by a worker before it serves the extension; returns why this
+            host cannot serve it (e.g. a sandbox the host cannot provide), or ``None``.
+            A reason keeps the extension from being served and is reported like a load
+            error (``toolfleet extensions check``).
     """
 
     slug: str
@@ -246,6 +250,7 @@ class Extension:
     event_payloads: bool = False
     mcp: McpServerConfig | None = None
     folder: Path | None = None
+    preflight: Callable[[], str | None] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_manifest(

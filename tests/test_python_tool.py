@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from conftest import Fleet, start_fleet
+from proctree import host_pid
 from toolfleet.extensions.python import (
     PythonToolConfig,
     Run,
@@ -71,7 +72,23 @@ class Sandbox:
         return self.loop.run_until_complete(call)
 
     def pid(self, **kwargs: Any) -> int:
-        return int(self.run("import os; os.getpid()", **kwargs).result or 0)
+        """The host pid of the conversation's interpreter (its code sees a namespace pid)."""
+        return self.host_pid(int(self.run("import os; os.getpid()", **kwargs).result or 0))
+
+    def host_pid(self, inner_pid: int) -> int:
+        """The host pid of a process the sandboxed code knows as ``inner_pid``."""
+        return host_pid(inner_pid, self.roots())
+
+    def roots(self) -> set[int]:
+        """Host pids of the live interpreters' launchers (bwrap, or the interpreter)."""
+        sessions = self.tool.pool()._sessions.values()
+        return {s.interpreter.process.pid for s in sessions if s.interpreter is not None}
+
+    def workdir(self) -> Path:
+        """The host folder of the (one) live interpreter's working directory."""
+        (session,) = self.tool.pool()._sessions.values()
+        assert session.interpreter is not None
+        return Path(session.interpreter.workdir)
 
     def close(self) -> None:
         self.loop.run_until_complete(self.tool.pool().aclose())
@@ -267,8 +284,9 @@ def test_worker_cancellation_kills_the_process_group_at_the_limit(
         )
 
     try:
-        pid = int(call("import os; os.getpid()").value.result)
-        sleeper = int(call("import subprocess\nsubprocess.Popen(['sleep', '60']).pid").value.result)
+        pid = box.host_pid(int(call("import os; os.getpid()").value.result))
+        inner = int(call("import subprocess\nsubprocess.Popen(['sleep', '60']).pid").value.result)
+        sleeper = box.host_pid(inner)
         started = time.monotonic()
         outcome = call("while True: pass", limit_s=0.5)
         elapsed = time.monotonic() - started
@@ -302,15 +320,24 @@ def test_worker_exit_removes_interpreters_and_directories(tmp_path: Path) -> Non
         "from toolfleet.shared.tool import ExtensionContext\n"
         "ctx = ExtensionContext(call_id='1', function='f', slug='python', version='1',\n"
         "                       deadline=time.time() + 10, conversation='c')\n"
-        "code = 'import os; print(os.getpid()); os.getcwd()'\n"
-        "out = asyncio.run(extension.tools[0]().call(RunArguments(code=code), ctx))\n"
-        'print(out.stdout.strip(), out.result.strip("\'"))\n'
+        "tool = extension.tools[0]\n"
+        "out = asyncio.run(tool().call(RunArguments(code='x = 1'), ctx))\n"
+        "(session,) = tool.pool()._sessions.values()\n"
+        "from proctree import tree\n"
+        "pids = tree(session.interpreter.process.pid)\n"
+        "print(session.interpreter.workdir, *pids)\n"
     )
     done = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, check=True, timeout=30
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent)},
     )
-    pid, workdir = done.stdout.split()
-    assert gone(int(pid)) and not Path(workdir).exists(), done.stderr
+    workdir, *pids = done.stdout.split()
+    assert pids and all(gone(int(pid)) for pid in pids), done.stderr
+    assert not Path(workdir).exists(), done.stderr
 
 
 def test_crash_is_reported_and_next_call_is_fresh(sandbox: Callable[..., Sandbox]) -> None:
@@ -347,10 +374,9 @@ def test_least_recently_used_session_is_evicted(sandbox: Callable[..., Sandbox])
 def test_working_directory_is_private_and_removed(sandbox: Callable[..., Sandbox]) -> None:
     """Files persist between calls in a private temporary directory removed at the end."""
     box = sandbox()
-    workdir = box.run("import os\nopen('notes.txt', 'w').write('hi')\nos.getcwd()").result
-    assert workdir is not None
-    path = Path(workdir.strip("'"))
-    assert path.name.startswith("toolfleet-python-") and path != Path.cwd()
+    box.run("open('notes.txt', 'w').write('hi')")
+    path = box.workdir()
+    assert path.name.startswith("toolfleet-python-") and (path / "notes.txt").exists()
     assert box.run("open('notes.txt').read()").result == "'hi'"
     box.tool.pool().close()
     box.loop.run_until_complete(asyncio.sleep(0.3))
@@ -375,7 +401,9 @@ def test_run_as_user_cannot_read_the_workers_environment(
     sandbox: Callable[..., Sandbox],
 ) -> None:
     """With run_as_user the code runs as that user and cannot read /proc/<worker>/environ."""
-    config = PythonToolConfig(run_as_user="nobody", interpreter="/usr/bin/python3")
+    config = PythonToolConfig(
+        run_as_user="nobody", interpreter="/usr/bin/python3", isolation="unsafe-none"
+    )
     out = sandbox(config).run(
         "import os\nprint(os.getuid())\nopen(f'/proc/{os.getppid()}/environ').read()"
     )
@@ -428,9 +456,10 @@ def test_fleet_infinite_loop_times_out_on_time_and_worker_answers_next(
 ) -> None:
     """An endless loop is answered timeout by the worker by the limit + 0.3 s; it serves on."""
     ctx = _conversation()
-    pid = int(
+    inner = int(
         py_client.call(QUICK, {"code": "import os; os.getpid()"}, context=ctx).content["result"]
     )
+    pid = host_pid(inner, set(python_fleet.worker_pids()))
     started = time.monotonic()
     result = py_client.call(QUICK, {"code": "while True: pass"}, context=ctx, timeout_s=10)
     elapsed = time.monotonic() - started

@@ -119,12 +119,16 @@ class Toolkit:
         """Serve every tool of ``extension``.
 
         Raises:
-            ConfigurationError: the extension is invalid, its settings do not load, or a
-                name is taken; nothing of it is added then. An MCP extension whose
-                server cannot be started is such an extension.
+            ConfigurationError: the extension is invalid, its settings do not load, its
+                preflight says this host cannot serve it, or a name is taken; nothing of
+                it is added then. An MCP extension whose server cannot be started is such
+                an extension.
         """
         if extension.mcp is None:
             extension.validate()
+        unservable = extension.preflight() if extension.preflight is not None else None
+        if unservable:
+            raise ConfigurationError(f"extension {extension.slug!r}: {unservable}")
         if extension.slug in self.extensions:
             raise ConfigurationError(f"extension {extension.slug!r} is loaded already")
         settings = load_settings(extension, self.secrets_dir)

@@ -53,6 +53,7 @@ Redis, so moving it between workers is not possible in general.
 
 from __future__ import annotations
 
+from toolfleet.extensions.python._sandbox import unavailable_reason
 from toolfleet.extensions.python.config import PythonToolConfig
 from toolfleet.extensions.python.tool import (
     DEFAULT_TIMEOUT_S,
@@ -102,6 +103,7 @@ def make_extension(
         description="A persistent, sandboxed Python interpreter per conversation.",
         tools=[BoundRun],
         timeout_s=timeout_s,
+        preflight=lambda: unavailable_reason(chosen),
     )
 
 

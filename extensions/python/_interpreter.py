@@ -23,19 +23,16 @@ import pwd
 import secrets
 import shutil
 import signal
-import sys
 import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from toolfleet.extensions.python._output import OutputBuffer
+from toolfleet.extensions.python._sandbox import Launch, launch, sandbox_env, unavailable_reason
 from toolfleet.extensions.python.config import PythonToolConfig
 
 __all__ = ["CellOutput", "Interpreter", "InterpreterTimeout", "sandbox_env", "wait_tidied"]
 
-REPL_SCRIPT = Path(__file__).with_name("_repl.py")
-SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 _CHUNK = 65536
 _EXIT_WAIT_S = 0.5
 _TIDY_WAIT_S = 5.0
@@ -71,25 +68,6 @@ class InterpreterTimeout(Exception):
     """The call's time limit passed while the code ran; the interpreter was killed."""
 
 
-def sandbox_env(workdir: str) -> dict[str, str]:
-    """The whole environment of the sandbox: nothing is inherited from the worker.
-
-    ``PATH`` and ``LANG`` make ordinary programs work; ``HOME`` and ``TMPDIR`` point
-    into the working directory (removed afterwards); the thread-count variables keep
-    numeric libraries from reserving memory per CPU, which ``RLIMIT_AS`` would count.
-    """
-    return {
-        "PATH": SANDBOX_PATH,
-        "LANG": "C.UTF-8",
-        "HOME": workdir,
-        "TMPDIR": workdir,
-        "MALLOC_ARENA_MAX": "2",
-        "OMP_NUM_THREADS": "1",
-        "OPENBLAS_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-    }
-
-
 class Interpreter:
     """A running ``_repl.py`` child; use :meth:`start` to make one.
 
@@ -118,12 +96,16 @@ class Interpreter:
                 permission to switch to ``run_as_user``, out of processes).
             KeyError: ``run_as_user`` names no user.
         """
-        if config.run_as_user is None and os.geteuid() == 0 and "root" not in _warned:
+        unsafe = config.isolation == "unsafe-none"
+        if unsafe and config.run_as_user is None and os.geteuid() == 0 and "root" not in _warned:
             _warned.add("root")
             log.warning(
                 "the python sandbox runs as root: the code it runs can lift its own "
                 "limits and read any file; run the worker unprivileged or set run_as_user"
             )
+        unavailable = unavailable_reason(config)
+        if unavailable:
+            raise OSError(unavailable)
         workdir = tempfile.mkdtemp(prefix="toolfleet-python-")
         try:
             kwargs: dict[str, Any] = {}
@@ -131,17 +113,15 @@ class Interpreter:
                 uid, gid = _user_ids(config.run_as_user)
                 os.chown(workdir, uid, gid)
                 kwargs = {"user": uid, "group": gid, "extra_groups": []}
+            command = launch(config, workdir, ["-I", "-B", "{repl}", "{config}"])
+            child_config = json.dumps(_child_config(config, command))
             process = await asyncio.create_subprocess_exec(
-                config.interpreter or sys.executable,
-                "-I",
-                "-B",
-                str(REPL_SCRIPT),
-                json.dumps(_child_config(config)),
+                *(child_config if arg == "{config}" else arg for arg in command.argv),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 cwd=workdir,
-                env=sandbox_env(workdir),
+                env=command.env,
                 start_new_session=True,
                 **kwargs,
             )
@@ -357,9 +337,10 @@ def _str_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def _child_config(config: PythonToolConfig) -> dict[str, Any]:
+def _child_config(config: PythonToolConfig, command: Launch) -> dict[str, Any]:
     return {
-        "parent_pid": os.getpid(),
+        "parent_pid": command.parent_pid,
+        "lifeline": command.lifeline,
         "memory_bytes": config.memory_bytes,
         "session_cpu_s": config.session_cpu_s,
         "max_file_bytes": config.max_file_bytes,

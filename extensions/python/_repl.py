@@ -5,7 +5,8 @@ new session and process group, with an empty environment and a fresh working
 directory. It imports only the standard library, never toolfleet: in isolated mode
 (``-I``) neither the script's folder nor ``PYTHON*`` variables reach ``sys.path``.
 
-Start-up, before any user code: ask the kernel to kill it when the worker dies, set the
+Start-up, before any user code: ask the kernel to kill it when its parent dies (with
+``toolfleet.shared.lifeline``, loaded from the file the worker names), set the
 resource limits (``RLIMIT_AS``, ``RLIMIT_CPU``, ``RLIMIT_FSIZE``, ``RLIMIT_NPROC``, no
 core files), keep the request pipe on a private descriptor and put ``/dev/null`` on
 descriptor 0, so that the code (and any process it starts) reads end-of-file.
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import importlib.util
 import io
 import json
 import linecache
@@ -58,7 +60,7 @@ class _State:
 def main(argv: list[str]) -> int:
     """Serve requests until end of file; return the exit status."""
     config: dict[str, Any] = json.loads(argv[1])
-    _die_with_parent(int(config["parent_pid"]))
+    _die_with_parent(str(config["lifeline"]), int(config["parent_pid"]))
     _limit_resources(config)
     requests = _take_request_pipe()
     workdir = os.getcwd()
@@ -74,16 +76,14 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):  # pragma: no cover - exotic libc
-            pass
-    if os.getppid() != parent_pid:  # the worker died before prctl took effect
+def _die_with_parent(lifeline_path: str, parent_pid: int) -> None:
+    """Load ``toolfleet.shared.lifeline`` from its file (toolfleet is not importable here)."""
+    spec = importlib.util.spec_from_file_location("toolfleet_lifeline", lifeline_path)
+    if spec is None or spec.loader is None:  # pragma: no cover - the worker passes the file
         os._exit(1)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.die_with_parent(parent_pid)
 
 
 def _limit_resources(config: dict[str, Any]) -> None:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from toolfleet.shared.errors import ConfigurationError
 
 __all__ = ["PythonToolConfig"]
 
 MiB = 2**20
+#: The isolation modes of the sandbox; the second must be asked for by name.
+ISOLATION_MODES = ("bubblewrap", "unsafe-none")
 
 
 @dataclass(frozen=True)
@@ -40,9 +43,16 @@ class PythonToolConfig:
         run_as_user: user name or uid to run the sandbox as (needs a root worker);
             ``None`` runs it as the worker's user. A separate user cannot read the
             worker's ``/proc/<pid>/environ`` nor lift the resource limits.
+        isolation: ``"bubblewrap"`` (default): the interpreter runs in its own user,
+            PID, mount and network namespaces with a minimal read-only file system (see
+            :mod:`toolfleet.extensions.python._sandbox`); where the host cannot do
+            that, the tool is not served. ``"unsafe-none"``: only the resource limits;
+            the code can read whatever the worker's user can (other processes' command
+            lines, files) and use the network. Named so on purpose.
+        network: give the sandbox the host's network (off by default).
 
     Raises:
-        ConfigurationError: a limit is zero or negative.
+        ConfigurationError: a limit is zero or negative, or ``isolation`` is unknown.
     """
 
     cpu_s: float = 30.0
@@ -55,6 +65,8 @@ class PythonToolConfig:
     idle_timeout_s: float = 600.0
     interpreter: str | None = None
     run_as_user: str | int | None = None
+    isolation: Literal["bubblewrap", "unsafe-none"] = "bubblewrap"
+    network: bool = False
 
     def __post_init__(self) -> None:
         positive = {
@@ -69,5 +81,10 @@ class PythonToolConfig:
         bad = [name for name, value in positive.items() if not value > 0]
         if self.max_processes is not None and self.max_processes < 1:
             bad.append("max_processes")
+        if self.isolation not in ISOLATION_MODES:
+            raise ConfigurationError(
+                f"PythonToolConfig: isolation must be one of {', '.join(ISOLATION_MODES)}, "
+                f"not {self.isolation!r}"
+            )
         if bad:
             raise ConfigurationError(f"PythonToolConfig: must be positive: {', '.join(bad)}")

@@ -1,0 +1,246 @@
+"""The isolation boundary of the ``python`` tool: how its interpreter is launched.
+
+``bubblewrap`` (the default): the interpreter runs under ``bwrap`` in new user, PID,
+mount, network, IPC, UTS and cgroup namespaces. Inside, the file system is a fresh
+``tmpfs`` root holding only, read-only, ``/usr`` (with the ``/bin``, ``/lib*``
+links), a few files of ``/etc`` (dynamic loader cache, time zone, TLS roots, name
+resolution), the interpreter's installation (its prefix and, for a virtual
+environment, its base), the REPL script and the lifeline module under
+``/run/toolfleet``; read-write, the session's own directory as ``/sandbox`` and an
+empty ``/tmp``. ``/proc`` is the sandbox's own: its processes only, so no other
+process's command line or environment. The environment is :func:`sandbox_env` and
+nothing else. The code runs as uid/gid 65534 of the new user namespace. There is no
+network unless :attr:`PythonToolConfig.network` is true (then the host's network
+namespace is shared). ``bwrap --die-with-parent`` and the PID namespace end every
+process of the sandbox when the worker process dies.
+
+``unsafe-none``: no boundary, only the resource limits (the code runs as the worker's
+user, sees every process of the machine and the network). An operator must ask for
+it by name (``PythonToolConfig(isolation="unsafe-none")``).
+
+Where ``bubblewrap`` is asked for and the host cannot provide it (not Linux, ``bwrap``
+not installed, user namespaces disabled), :func:`unavailable_reason` says why; the
+extension is then not served (see :func:`toolfleet.extensions.python.make_extension`)
+and ``toolfleet extensions check`` prints the reason.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolfleet.extensions.python.config import PythonToolConfig
+from toolfleet.shared import lifeline
+
+__all__ = [
+    "INSIDE_RUNTIME",
+    "INSIDE_WORKDIR",
+    "REPL_SCRIPT",
+    "SANDBOX_PATH",
+    "Launch",
+    "launch",
+    "sandbox_env",
+    "unavailable_reason",
+]
+
+REPL_SCRIPT = Path(__file__).with_name("_repl.py")
+LIFELINE = Path(lifeline.__file__)
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+#: Where the session's directory appears inside the sandbox.
+INSIDE_WORKDIR = "/sandbox"
+#: Where the REPL script and the lifeline module appear inside the sandbox.
+INSIDE_RUNTIME = "/run/toolfleet"
+#: uid and gid of the code inside the sandbox's user namespace ("nobody").
+INSIDE_ID = 65534
+_SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_ETC = (
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/alternatives",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/resolv.conf",
+    "/etc/hosts",
+    "/etc/nsswitch.conf",
+)
+_PROBE_TIMEOUT_S = 20.0
+
+
+def sandbox_env(workdir: str) -> dict[str, str]:
+    """The whole environment of the sandbox: nothing is inherited from the worker.
+
+    ``PATH`` and ``LANG`` make ordinary programs work; ``HOME`` and ``TMPDIR`` point
+    into the working directory (removed afterwards); the thread-count variables keep
+    numeric libraries from reserving memory per CPU, which ``RLIMIT_AS`` would count.
+    """
+    return {
+        "PATH": SANDBOX_PATH,
+        "LANG": "C.UTF-8",
+        "HOME": workdir,
+        "TMPDIR": workdir,
+        "MALLOC_ARENA_MAX": "2",
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to start one interpreter.
+
+    Attributes:
+        argv: the command line (``bwrap ... python ...`` or ``python ...``).
+        env: its whole environment.
+        parent_pid: the pid the REPL sees as its parent (1 inside a PID namespace).
+        lifeline: path of :mod:`toolfleet.shared.lifeline` as the REPL sees it.
+        repl: path of the REPL script as the interpreter sees it.
+    """
+
+    argv: list[str]
+    env: dict[str, str]
+    parent_pid: int
+    lifeline: str
+    repl: str
+
+
+def launch(config: PythonToolConfig, workdir: str, interpreter_args: list[str]) -> Launch:
+    """The command that starts the interpreter of ``config`` in ``workdir``.
+
+    Args:
+        config: the tool's limits; ``isolation`` and ``network`` shape the sandbox.
+        workdir: the session's directory on the host (the child's working directory).
+        interpreter_args: arguments after the interpreter, with ``{repl}`` standing for
+            the REPL script's path.
+    """
+    python = config.interpreter or sys.executable
+    if config.isolation == "unsafe-none":
+        argv = [python, *(a.replace("{repl}", str(REPL_SCRIPT)) for a in interpreter_args)]
+        return Launch(argv, sandbox_env(workdir), os.getpid(), str(LIFELINE), str(REPL_SCRIPT))
+    repl = f"{INSIDE_RUNTIME}/repl.py"
+    inside = [python, *(a.replace("{repl}", repl) for a in interpreter_args)]
+    argv = [*_bwrap_prefix(config, workdir), "--", *inside]
+    return Launch(argv, sandbox_env(INSIDE_WORKDIR), 1, f"{INSIDE_RUNTIME}/lifeline.py", repl)
+
+
+def _bwrap_prefix(config: PythonToolConfig, workdir: str) -> list[str]:
+    argv = [
+        shutil.which("bwrap") or "bwrap",
+        "--unshare-all",
+        "--unshare-user",
+        "--uid",
+        str(INSIDE_ID),
+        "--gid",
+        str(INSIDE_ID),
+        "--die-with-parent",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+    ]
+    if config.network:
+        argv.append("--share-net")
+    for link in _SYSTEM_LINKS:
+        if os.path.islink(link):
+            argv += ["--symlink", os.readlink(link), link]
+        elif os.path.isdir(link):
+            argv += ["--ro-bind", link, link]
+    for path in _ETC:
+        argv += ["--ro-bind-try", path, path]
+    for prefix in _python_prefixes(config.interpreter or sys.executable):
+        argv += ["--ro-bind", prefix, prefix]
+    argv += [
+        "--ro-bind",
+        str(REPL_SCRIPT),
+        f"{INSIDE_RUNTIME}/repl.py",
+        "--ro-bind",
+        str(LIFELINE),
+        f"{INSIDE_RUNTIME}/lifeline.py",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--tmpfs",
+        "/tmp",
+        "--bind",
+        workdir,
+        INSIDE_WORKDIR,
+        "--chdir",
+        INSIDE_WORKDIR,
+    ]
+    return argv
+
+
+def _python_prefixes(interpreter: str) -> list[str]:
+    """Installation folders the interpreter needs, outside ``/usr`` (bound read-only).
+
+    For the worker's own interpreter: ``sys.prefix`` and ``sys.base_prefix``. For
+    another one: the folder above its ``bin/``, before and after resolving links (a
+    virtual environment and the installation it was made from).
+    """
+    found: list[str] = []
+    if interpreter == sys.executable:
+        candidates = [Path(sys.prefix), Path(sys.base_prefix)]
+    else:
+        candidates = [Path(interpreter).parent.parent, Path(interpreter).resolve().parent.parent]
+    for candidate in candidates:
+        path = str(candidate)
+        if path in ("/", "/usr") or path.startswith("/usr/") or path in found:
+            continue
+        if candidate.is_dir():
+            found.append(path)
+    return found
+
+
+def unavailable_reason(config: PythonToolConfig) -> str | None:
+    """Why this host cannot run the sandbox ``config`` asks for; ``None`` when it can.
+
+    Starts the sandbox once (cached per process and configuration) with an interpreter
+    that exits at once, so that a missing ``bwrap``, disabled user namespaces or an
+    interpreter the sandbox cannot see are all found before any call.
+    """
+    if config.isolation == "unsafe-none":
+        return None
+    return _probe(config.interpreter, config.network)
+
+
+@functools.lru_cache(maxsize=16)
+def _probe(interpreter: str | None, network: bool) -> str | None:
+    if not sys.platform.startswith("linux"):
+        return f"the python sandbox needs Linux namespaces (bubblewrap); this is {sys.platform}"
+    if shutil.which("bwrap") is None:
+        return (
+            "the python sandbox needs bubblewrap (`bwrap`), which is not installed "
+            "(Debian/Ubuntu: apt-get install bubblewrap); or opt in to running model-written "
+            'code without isolation with PythonToolConfig(isolation="unsafe-none")'
+        )
+    config = PythonToolConfig(interpreter=interpreter, network=network)
+    with tempfile.TemporaryDirectory(prefix="toolfleet-python-probe-") as workdir:
+        command = launch(config, workdir, ["-I", "-S", "-c", ""])
+        try:
+            done = subprocess.run(
+                command.argv,
+                env=command.env,
+                cwd=workdir,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=_PROBE_TIMEOUT_S,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"the python sandbox (bubblewrap) could not start: {exc}"
+    if done.returncode != 0:
+        why = done.stderr.decode(errors="replace").strip().splitlines()
+        return (
+            "the python sandbox (bubblewrap) could not start"
+            + (f": {why[-1]}" if why else f" (exit status {done.returncode})")
+            + " — e.g. unprivileged user namespaces are disabled on this host"
+        )
+    return None
