@@ -14,6 +14,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -511,3 +512,33 @@ def test_fleet_output_is_captured_and_truncated(py_client: Any) -> None:
     assert "bytes omitted" in result.content["stdout"]
     assert result.content["stderr"] == "err\n"
     assert result.content["result"] is None and result.content["error"] is None
+
+
+def test_tool_past_its_own_limit_is_answered_timeout() -> None:
+    """Its own limit passing before the worker's, ext_python_run answers timeout (not crashed)."""
+    from toolfleet.shared.manifest import ToolOptions
+    from toolfleet.shared.wire import ToolCallRequest, new_call_id
+    from toolfleet.worker.toolkit import Toolkit
+
+    own_limit_s = 0.5
+    built = make_extension(slug="python-own-limit", timeout_s=own_limit_s)
+    toolkit = Toolkit(worker_id="test:1", namespace="own-limit")
+    # The operator gave the worker a longer limit than the tool's own (a manifest override).
+    toolkit.add_extension(replace(built, tool_options={"run": ToolOptions(timeout=10.0)}))
+    request = ToolCallRequest(
+        id=new_call_id(),
+        function="ext_python_own_limit_run",
+        arguments={"code": "while True: pass"},
+        reply_to="own-limit:reply:x",
+        deadline=time.time() + 10,
+        timeout_s=10,
+    )
+    try:
+        started = time.monotonic()
+        result = toolkit.call(request)
+        elapsed = time.monotonic() - started
+    finally:
+        toolkit.runner.close()
+    assert result.status is Status.TIMEOUT, result
+    assert elapsed < 5, elapsed  # the tool's own limit, not the worker's 10 s
+    assert "did not finish within" in result.content["error"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import os
 import secrets
-import shutil
 import socket
 import subprocess
 import time
@@ -28,7 +27,9 @@ from proctree import cmdline, tree
 from toolfleet.extensions.python import PythonToolConfig, make_extension
 from toolfleet.extensions.python._sandbox import unavailable_reason
 from toolfleet.producer import ToolClient
+from toolfleet.shared.errors import ConfigurationError
 from toolfleet.shared.wire import Status
+from toolfleet.worker.embedded import redis_server_binary
 
 #: The same tool without a boundary, loaded by the fleet as a positive control: the scan
 #: below must find the secrets from there, or it proves nothing.
@@ -74,12 +75,13 @@ def password() -> str:
 
 @pytest.fixture(scope="module")
 def protected_redis(password: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A private redis-server that requires ``password``; yields its URL (password included)."""
-    server = shutil.which("redis-server")
-    if server is None:
+    """A private Redis server that requires ``password``; yields its URL (password included)."""
+    try:
+        server = redis_server_binary()
+    except ConfigurationError as exc:
         if IN_CI:
-            pytest.fail("redis-server is not installed")
-        pytest.skip("redis-server is not installed")
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
     port = _free_port()
     folder = tmp_path_factory.mktemp("protected-redis")
     process = subprocess.Popen(

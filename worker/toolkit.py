@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from toolfleet.shared import codec
-from toolfleet.shared.errors import ConfigurationError, ExtensionToolError, InvalidArgumentsError
+from toolfleet.shared.errors import (
+    ConfigurationError,
+    ExtensionToolError,
+    InvalidArgumentsError,
+    ToolCallError,
+)
 from toolfleet.shared.naming import function_names
 from toolfleet.shared.spec import ToolSpec
 from toolfleet.shared.tool import Extension, ExtensionContext
@@ -36,6 +41,10 @@ log = logging.getLogger("toolfleet.worker")
 
 #: What the model reads when a tool fails unexpectedly (the traceback stays in the log).
 CRASH_MESSAGE = "the tool failed unexpectedly; the error was logged (ref {ref})"
+#: Statuses a tool may answer by raising the status's :class:`ToolCallError` subclass
+#: (e.g. ``ToolTimeoutError`` from a tool that enforces its own limit); any other
+#: exception is ``crashed``.
+_TOOL_RAISABLE = frozenset(s.value for s in Status) - {Status.OK.value}
 
 _CLASH = "%s clashes with another extension's tool: served as %s"
 
@@ -522,6 +531,8 @@ class Toolkit:
         error = outcome.error
         if isinstance(error, ExtensionToolError):
             return self._failure(request, Status.TOOL_ERROR, str(error), timings)
+        if isinstance(error, ToolCallError) and error.status in _TOOL_RAISABLE:
+            return self._failure(request, Status(error.status), str(error), timings)
         if error is not None:
             return self._crashed(request, error, timings)
         value = outcome.value

@@ -6,29 +6,30 @@ of the last expression's value (as in a REPL) and ``error`` is ``"ExcType: messa
 followed by a traceback of the model's own code. An exception in the code is an
 ``ok`` reply with ``error`` set: the model reads it and fixes its code.
 
-Sandbox (see :class:`PythonToolConfig` for every limit and its default):
+Sandbox (see :class:`PythonToolConfig` for every limit and its default, and
+:mod:`toolfleet.extensions.python._sandbox` for the boundary):
 
+- by default the interpreter runs under bubblewrap in its own user, PID, mount and
+  network namespaces: its ``/proc`` shows only its own processes (no other process's
+  command line or environment), its file system holds only read-only system and
+  interpreter folders plus its own directory, and it has no network unless the
+  extension is built with ``network=True``. Where the host cannot provide that, the
+  extension is not served (its preflight says why, ``toolfleet extensions check``
+  prints it), unless ``isolation="unsafe-none"`` is asked for;
 - the code runs in a child process of the worker, never in the worker itself: its own
   process group and session, ``RLIMIT_AS`` (512 MiB), ``RLIMIT_CPU`` (per call and per
   interpreter), ``RLIMIT_FSIZE``, no core files, stdin on ``/dev/null``;
 - an empty environment: only ``PATH``, ``LANG`` and a few constants (``HOME`` and
-  ``TMPDIR`` in the sandbox directory, thread counts of numeric libraries); nothing
-  of the worker's environment, so none of its secrets;
+  ``TMPDIR`` in the sandbox directory, thread counts of numeric libraries);
 - a fresh temporary working directory per interpreter, removed when it stops;
 - at the call's time limit the whole process group is killed with ``SIGKILL``, and the
   worker answers ``timeout`` on time even for ``while True: pass``;
 - when the worker process exits, its interpreters are killed and their directories
   removed; when it is killed outright (``SIGKILL``, OOM killer) the kernel kills the
-  interpreters (``PR_SET_PDEATHSIG``), but processes the code started and the
-  directories are left to the container's lifetime;
+  sandbox (``PR_SET_PDEATHSIG``, and the end of its PID namespace takes every process
+  the code started), and the directories are left to the container's lifetime;
 - output is captured at the file-descriptor level (``os.system`` and C extensions
   included), each field clipped to ``max_output_bytes`` with a marker.
-
-This is resource isolation, not a security boundary against hostile code: the child
-runs as the worker's user (unless ``run_as_user`` is set), can read what that user
-can read, including ``/proc/<worker pid>/environ``, and has the network. Run workers
-that serve this tool as a dedicated unprivileged user, in a container without
-secrets it must not see, or set ``run_as_user``.
 
 Sessions. The first call of a conversation (``context.conversation``, keyed together
 with ``context.account``) starts an interpreter; the worker process keeps it, so
