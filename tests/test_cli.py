@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BFCL_DATA, Fleet, toolfleet_command
+from proctree import all_gone, cmdline, descendants
 from toolfleet.worker.embedded import redis_server_binary
 
 
@@ -32,9 +33,9 @@ def _run(
     )
 
 
-def _processes_matching(marker: str) -> list[str]:
-    out = subprocess.run(["pgrep", "-af", marker], capture_output=True, text=True, check=False)
-    return [line for line in out.stdout.splitlines() if "pgrep" not in line]
+def _workers_of(pid: int) -> set[int]:
+    """The live worker processes below ``pid`` (their command lines hold no namespace)."""
+    return {p for p in descendants(pid) if "toolfleet.worker.process" in cmdline(p)}
 
 
 def _children(pid: int) -> set[int]:
@@ -124,15 +125,18 @@ def test_demo_on_embedded_redis_prints_table_and_leaves_nothing_behind() -> None
         env=env,
     )
     own_redis: set[int] = set()
-    while process.poll() is None:  # note the demo's own redis-server while it runs
+    workers: set[int] = set()
+    while process.poll() is None:  # note the demo's own redis-server and workers while it runs
         own_redis |= _redis_server_pids() & _children(process.pid)
+        workers |= _workers_of(process.pid)
         time.sleep(0.02)
     stdout = process.stdout.read() if process.stdout else ""
     assert process.returncode == 0, stdout
     assert "embedded Redis" in stdout
     assert "mismatched" in stdout and "31 │" in stdout
     assert own_redis, "the demo's embedded redis-server was never seen"
-    assert _processes_matching(namespace) == []
+    assert workers, "the demo's worker processes were never seen"
+    assert not all_gone(workers, within_s=5.0)
     assert not own_redis & _redis_server_pids()
 
 
@@ -176,17 +180,16 @@ def test_demo_stopped_by_a_signal_leaves_nothing_behind(signum: int) -> None:
         stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len(_processes_matching(namespace)) < 2:
+    while time.monotonic() < deadline and len(_workers_of(process.pid)) < 2:
         time.sleep(0.05)
-    assert _processes_matching(namespace), "the demo's workers never started"
+    workers = _workers_of(process.pid)
+    assert workers, "the demo's workers never started"
     own_redis = _redis_server_pids() & _children(process.pid)
     assert len(own_redis) == 1, "the demo's embedded redis-server was not found"
     process.send_signal(signum)
     process.wait(timeout=60)
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and (
-        _processes_matching(namespace) or own_redis & _redis_server_pids()
-    ):
+    while time.monotonic() < deadline and own_redis & _redis_server_pids():
         time.sleep(0.1)
-    assert _processes_matching(namespace) == []
+    assert not all_gone(workers, within_s=max(0.0, deadline - time.monotonic()))
     assert not own_redis & _redis_server_pids()
