@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import IN_CI, TESTS, Fleet, start_fleet, toolfleet_command
-from proctree import all_gone, cmdline, cpu_s, descendants, tree
+from proctree import alive, all_gone, cmdline, cpu_s, descendants, tree
 from toolfleet.extensions.python._sandbox import unavailable_reason
 from toolfleet.extensions.python.config import PythonToolConfig
 from toolfleet.producer import ToolClient
@@ -90,9 +90,12 @@ def _start_holding(fleet: Fleet, how: str, tmp_path: Path) -> None:
     else:
         function = "ext_lifeline_hold_gil" if how == "thread" else "ext_lifeline_hold_gil_in_child"
         client.submit(function, {"marker": str(marker)}, timeout_s=120)
-        _wait_for(marker.exists, 60, "the tool did not start")
+        _wait_for(
+            lambda: marker.exists() and bool(marker.read_text()), 60, "the tool did not start"
+        )
         time.sleep(0.3)  # from the marker to inside math.factorial
-    client.close()
+        assert alive(int(marker.read_text())), "the tool's process is not running"
+    client.close(wait=False)  # the call stays in the fleet, still holding the GIL
 
 
 def _describe(pids: set[int]) -> str:

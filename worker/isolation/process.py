@@ -41,7 +41,13 @@ class ProcessRunner:
 
     def __init__(self, max_workers: int, init_args: tuple[Any, ...], preload: list[str]) -> None:
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["toolfleet.worker.isolation.child", *preload])
+        context.set_forkserver_preload(
+            [
+                "toolfleet.worker.isolation.forkserver_lifeline",  # first: before any import
+                "toolfleet.worker.isolation.child",
+                *preload,
+            ]
+        )
         self.pool = pebble.ProcessPool(
             max_workers=max_workers, initializer=init_child, initargs=init_args, context=context
         )
