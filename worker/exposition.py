@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import redis
@@ -18,22 +20,67 @@ from toolfleet.shared import codec
 from toolfleet.shared.naming import catalog_key, workers_key
 from toolfleet.worker.redis_factory import redis_client
 
-__all__ = ["QueueCollector", "mark_dead", "prepare_multiprocess_dir", "serve_metrics"]
+__all__ = [
+    "MultiprocessDir",
+    "QueueCollector",
+    "mark_dead",
+    "prepare_multiprocess_dir",
+    "serve_metrics",
+]
 
 log = logging.getLogger("toolfleet.worker.metrics")
 
 
-def prepare_multiprocess_dir(directory: str | None) -> Path:
-    """Wipe (or create) the multiprocess metrics folder and export it to child processes.
+#: prometheus-client reads its multiprocess folder from this variable (children inherit it).
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
-    Uses ``PROMETHEUS_MULTIPROC_DIR`` when set, else ``directory``.
+
+@dataclass(frozen=True)
+class MultiprocessDir:
+    """The folder where one supervisor's worker processes write their metric samples.
+
+    Attributes:
+        path: the folder.
+        private: True when the supervisor created it (and removes it at exit); False when
+            the operator chose it (``PROMETHEUS_MULTIPROC_DIR`` or ``metrics_dir``).
     """
-    path = Path(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or directory or "/tmp/toolfleet-metrics")
-    if path.exists():
-        shutil.rmtree(path, ignore_errors=True)
-    path.mkdir(parents=True, exist_ok=True)
-    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(path)
-    return path
+
+    path: Path
+    private: bool
+
+    def remove(self) -> None:
+        """Delete a private folder and stop exporting it; an operator's folder stays."""
+        if not self.private:
+            return
+        shutil.rmtree(self.path, ignore_errors=True)
+        if os.environ.get(MULTIPROC_ENV) == str(self.path):
+            del os.environ[MULTIPROC_ENV]
+
+
+def prepare_multiprocess_dir(directory: str | None) -> MultiprocessDir:
+    """Choose this supervisor's metrics folder, empty it, and export it to child processes.
+
+    ``PROMETHEUS_MULTIPROC_DIR`` when set, else ``directory``, is the operator's folder:
+    emptied (stale files of dead processes would be summed in), kept at exit. With neither,
+    a fresh private folder under the temporary directory, so two fleets on one host never
+    read each other's samples; :meth:`MultiprocessDir.remove` deletes it.
+
+    Args:
+        directory: the folder to use when ``PROMETHEUS_MULTIPROC_DIR`` is unset, or None.
+
+    Returns:
+        The folder, exported in ``os.environ`` for the worker processes started later.
+    """
+    chosen = os.environ.get(MULTIPROC_ENV) or directory
+    if chosen:
+        path = Path(chosen)
+        if path.exists():
+            shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True, exist_ok=True)
+    else:
+        path = Path(tempfile.mkdtemp(prefix="toolfleet-metrics-"))
+    os.environ[MULTIPROC_ENV] = str(path)
+    return MultiprocessDir(path, private=not chosen)
 
 
 def mark_dead(pid: int, directory: Path) -> None:

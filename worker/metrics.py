@@ -1,9 +1,10 @@
 """Prometheus metrics of the worker side (prometheus-client, multiprocess mode).
 
-Each worker process writes its samples to ``PROMETHEUS_MULTIPROC_DIR``; the supervisor
-wipes that folder at start, marks a dead process's gauges dead (so its live series
-disappear) and serves the aggregate on ``/metrics``. Counters of dead processes stay in
-the sum, so a counter never goes backwards between scrapes. Base units: seconds.
+Each worker process writes its samples to ``PROMETHEUS_MULTIPROC_DIR`` (the operator's
+folder, or the supervisor's private one); the supervisor empties that folder at start,
+marks a dead process's gauges dead (so its live series disappear) and serves the
+aggregate on ``/metrics``. Counters of dead processes stay in the sum, so a counter never
+goes backwards between scrapes. Base units: seconds.
 """
 
 from __future__ import annotations

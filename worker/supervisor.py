@@ -60,7 +60,8 @@ class WorkerOptions:
         reply_ttl_s, heartbeat_interval_s, worker_ttl_s, shutdown_grace_s: seconds.
         log_level: logging level name of the worker processes.
         metrics_port: port of ``/metrics`` served by the supervisor; 0 for none.
-        metrics_dir: multiprocess metrics folder when ``PROMETHEUS_MULTIPROC_DIR`` is unset.
+        metrics_dir: multiprocess metrics folder when ``PROMETHEUS_MULTIPROC_DIR`` is unset;
+            with neither, a private temporary folder removed at exit.
     """
 
     redis_url: str
@@ -166,7 +167,14 @@ class Supervisor:
         """Supervise until stopped; return 0, or 78 when a process could not start serving."""
         if install_signals:
             self._install_signal_handlers()
-        self.metrics_dir = prepare_multiprocess_dir(self.options.metrics_dir)
+        metrics = prepare_multiprocess_dir(self.options.metrics_dir)
+        self.metrics_dir = metrics.path
+        try:
+            return self._supervise()
+        finally:
+            metrics.remove()
+
+    def _supervise(self) -> int:
         self.registry = serve_metrics(
             self.options.metrics_port,
             self.metrics_dir,
