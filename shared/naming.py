@@ -17,6 +17,7 @@ Redis keys (``ns`` is the namespace, default ``toolfleet``)::
     <ns>:brokers                 hash: worker id -> Dramatiq broker id
     <ns>:events                  stream of lifecycle events (capped)
     <ns>:mcp_servers             hash: worker id -> its MCP sessions' states (JSON, with "at")
+    <ns>:slots                   hash: slot queue -> the queue it stands in for (affinity)
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ __all__ = [
     "queue_msgs_key",
     "reply_key",
     "sanitize_slug",
+    "slots_key",
     "switches_key",
     "tool_name_for",
     "workers_key",
@@ -245,6 +247,11 @@ def cancel_channel(namespace: str) -> str:
 def brokers_key(namespace: str) -> str:
     """Hash: worker id -> its Dramatiq broker id (to requeue a dead worker's messages)."""
     return f"{namespace}:brokers"
+
+
+def slots_key(namespace: str) -> str:
+    """The hash of session-affinity slot queues: slot queue -> the queue it stands in for."""
+    return f"{namespace}:slots"
 
 
 def events_key(namespace: str) -> str:

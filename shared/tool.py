@@ -281,7 +281,11 @@ class Extension:
         return self.queue or default_queue_for(self.slug)
 
     def function_name(self, tool: type[Tool] | str) -> str:
-        """The wire function name of one of this extension's tools (a class or a name)."""
+        """The wire function name of one of this extension's tools (a class or a name).
+
+        The plain name; a worker that also loads another extension whose tool maps to the
+        same name serves both under hashed names (:func:`~toolfleet.shared.naming.function_names`).
+        """
         return function_name(self.slug, tool if isinstance(tool, str) else tool.name)
 
     def switch_name(self, name: str) -> str:

@@ -28,7 +28,7 @@ from toolfleet.producer.publish import Publisher
 from toolfleet.shared.naming import actor_name_for, brokers_key
 from toolfleet.shared.wire import ToolCallRequest
 from toolfleet.worker.broker import make_broker
-from toolfleet.worker.catalog import _run_maintenance
+from toolfleet.worker.catalog import run_maintenance
 from toolfleet.worker.consumer import FleetRedisBroker, WaitingConsumer
 from toolfleet.worker.recovery import recover_dead_worker
 
@@ -187,7 +187,7 @@ def test_forced_maintenance_returns_a_dead_brokers_messages(
         dead_acks = f"{ns}:__acks__.{dead.broker_id}.{QUEUE}"
         assert r.smembers(dead_acks) == {message_id.encode()}
         r.zadd(f"{ns}:__heartbeats__", {dead.broker_id: 1})  # long dead
-        _run_maintenance(broker, QUEUE)
+        run_maintenance(broker, QUEUE)
         assert r.lrange(f"{ns}:{QUEUE}", 0, -1) == [message_id.encode()]
         assert not r.exists(dead_acks)
         assert r.zscore(f"{ns}:__heartbeats__", dead.broker_id) is None
@@ -246,7 +246,7 @@ def test_script_calls_survive_a_flushed_script_cache() -> None:
         r.script_flush()
         assert len(broker.do_fetch(QUEUE, 1)) == 1
         r.script_flush()
-        _run_maintenance(broker, QUEUE)
+        run_maintenance(broker, QUEUE)
         size = broker.do_qsize(QUEUE)  # 2 messages, 1 of them also in the acks set
         pipe = r.pipeline(transaction=False)
         broker.scripts["dispatch"](

@@ -338,3 +338,64 @@ def test_repl_falls_back_to_a_fresh_interpreter_when_its_worker_dies(repl_fleet:
         again = client.call(PYTHON, {"code": "y = 6\ny"}, context=ctx, timeout_s=20)
         assert again.content["result"] == "6" and again.worker == after.worker
         repl_fleet.wait_ready()
+
+
+def test_a_ragflow_plugin_file_named_alone_becomes_an_extension(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--extension offset_adder:OffsetAdderPlugin without a manifest: slug from the module."""
+    from toolfleet.worker.loader import load_spec
+
+    monkeypatch.syspath_prepend(str(SEEDS / "ragflow_plugin"))
+    extension = load_spec("offset_adder:OffsetAdderPlugin")
+    assert (extension.slug, extension.version) == ("offset_adder", "1.0.0")
+    (spec,) = extension.validate()
+    assert extension.function_name(spec.name) == "ext_offset_adder_offset_adder"
+    with pytest.raises(TypeError, match="not a toolfleet Extension"):
+        load_spec("offset_adder:logging")
+
+
+def test_calls_routed_to_a_gone_slot_are_handed_back_and_answered(repl_fleet: Fleet) -> None:
+    """A call waiting on the queue of a slot whose heartbeats stopped is served by another."""
+    import redis
+
+    from toolfleet.producer.publish import Publisher
+    from toolfleet.shared import CallContext, ToolCallRequest
+    from toolfleet.shared.naming import affinity_queue_for, slots_key, workers_key
+    from toolfleet.shared.wire import ReplyEnvelope, new_call_id
+
+    client = redis.Redis.from_url(repl_fleet.redis_url, socket_timeout=40)
+    ns = repl_fleet.namespace
+    gone = affinity_queue_for("tools.python", "gone-host-1-0")
+    reply_to = f"{ns}:reply:direct-{new_call_id()}"
+    try:
+        client.hset(slots_key(ns), gone, "tools.python")
+        client.zadd(workers_key(ns, gone), {"gone-host:1": time.time() - 100})
+        request = ToolCallRequest(
+            id=new_call_id(),
+            function=PYTHON,
+            arguments={"code": "z"},
+            context=CallContext(account="acme", conversation=f"conv-{uuid.uuid4().hex[:8]}"),
+            reply_to=reply_to,
+            deadline=time.time() + 30,
+            timeout_s=30,
+        )
+        Publisher(client, ns).publish(gone, request)
+        item = client.blpop([reply_to], timeout=30)
+        assert item is not None, "the call was stranded on the gone slot's queue"
+        envelope = ReplyEnvelope.decode(item[1])
+        while envelope.type != "result":  # pragma: no cover - events are not asked for
+            item = client.blpop([reply_to], timeout=30)
+            assert item is not None
+            envelope = ReplyEnvelope.decode(item[1])
+        result = envelope.result
+        assert result is not None and result.status is Status.OK, result
+        assert (
+            result.content["error"].startswith("NameError") and "fresh" in result.content["error"]
+        )
+        _wait_for(lambda: not client.hexists(slots_key(ns), gone))
+        assert client.llen(f"{ns}:{gone}") == 0 and client.hlen(f"{ns}:{gone}.msgs") == 0
+    finally:
+        client.delete(reply_to, workers_key(ns, gone), f"{ns}:{gone}", f"{ns}:{gone}.msgs")
+        client.hdel(slots_key(ns), gone)
+        client.close()

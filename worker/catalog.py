@@ -21,9 +21,10 @@ from toolfleet.shared.naming import (
     mcp_servers_key,
     workers_key,
 )
+from toolfleet.worker.slots import SlotJanitor
 from toolfleet.worker.toolkit import Toolkit
 
-__all__ = ["CatalogPublisher"]
+__all__ = ["CatalogPublisher", "run_maintenance"]
 
 log = logging.getLogger("toolfleet.worker.catalog")
 
@@ -43,6 +44,8 @@ class CatalogPublisher:
             whose threads are all busy with long calls may not do), and every 5th beat
             Dramatiq's own maintenance runs for each queue, handing messages of workers
             dead for ``heartbeat_timeout`` back to their queue.
+        janitor: registers this process's slot queues every beat and, with the
+            maintenance, hands back the calls of slots that are gone (session affinity).
     """
 
     def __init__(
@@ -54,8 +57,10 @@ class CatalogPublisher:
         interval_s: float,
         worker_ttl_s: float,
         broker: RedisBroker | None = None,
+        janitor: SlotJanitor | None = None,
     ) -> None:
         self.client = client
+        self.janitor = janitor
         self.namespace = namespace
         self.toolkit = toolkit
         self.queues = sorted(queues)
@@ -73,7 +78,10 @@ class CatalogPublisher:
         states = self.toolkit.refresh_tool_states()
         entries = {
             name: codec.dumps(
-                served.catalog_entry(enabled=states[name][0], preparation=states[name][1])
+                served.catalog_entry(
+                    enabled=states.get(name, (True, None))[0],
+                    preparation=states.get(name, (True, None))[1],
+                )
             )
             for name, served in self.toolkit.served.items()
             if served.queue in self.queues
@@ -97,6 +105,8 @@ class CatalogPublisher:
             key = workers_key(self.namespace, queue)
             pipe.zadd(key, {self.toolkit.worker_id: now})
             pipe.zremrangebyscore(key, "-inf", now - self.worker_ttl_s * 3)
+        if self.janitor is not None:
+            self.janitor.register(pipe)
         if self.broker is not None:
             pipe.zadd(f"{self.namespace}:__heartbeats__", {self.broker.broker_id: int(now * 1000)})
             pipe.hset(brokers_key(self.namespace), self.toolkit.worker_id, self.broker.broker_id)
@@ -105,7 +115,9 @@ class CatalogPublisher:
         self._beats += 1
         if self.broker is not None and self._beats % 5 == 0:
             for queue in self.queues:
-                _run_maintenance(self.broker, queue)
+                run_maintenance(self.broker, queue)
+            if self.janitor is not None:
+                self.janitor.sweep(self.broker)
 
     def withdraw(self) -> None:
         """Remove this worker from every queue's live set (on shutdown)."""
@@ -136,7 +148,7 @@ class CatalogPublisher:
                 log.warning("catalog heartbeat failed: %s", exc)
 
 
-def _run_maintenance(broker: RedisBroker, queue: str) -> None:
+def run_maintenance(broker: RedisBroker, queue: str) -> None:
     """Run Dramatiq's dispatch script with maintenance forced on (a read-only ``qsize``)."""
     broker.scripts["dispatch"](
         keys=[broker.namespace],

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
 import sys
 from collections.abc import Sequence
 from importlib.metadata import entry_points
@@ -24,6 +25,7 @@ from typing import Any
 from toolfleet.shared.errors import ConfigurationError
 from toolfleet.shared.manifest import Manifest, find_manifest, read_manifest
 from toolfleet.shared.ragflow import install_import_alias
+from toolfleet.shared.spec import specs_from
 from toolfleet.shared.tool import Extension
 
 __all__ = [
@@ -35,23 +37,45 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = "toolfleet.extensions"
+_NOT_SLUG = re.compile(r"[^a-zA-Z0-9_-]+")
 log = logging.getLogger("toolfleet.worker.loader")
 
 Loaded = list[tuple[str, Extension]]
 Errors = dict[str, str]
 
 
-def _as_extension(obj: Any, what: str, manifest: Manifest | None = None) -> Extension:
+def _as_extension(
+    obj: Any, what: str, manifest: Manifest | None = None, module: str = ""
+) -> Extension:
     if isinstance(obj, Extension):
         return obj
     if manifest is not None:
         tools = list(obj) if isinstance(obj, (list, tuple)) else [obj]
         return Extension.from_manifest(manifest, tools)
-    if callable(obj) and not isinstance(obj, type):
+    if callable(obj) and not isinstance(obj, type) and not _is_tool(obj):
         made = obj()
         if isinstance(made, Extension):
             return made
+    if module and _is_tool(obj):
+        return _bare_tool_extension(obj, module)
     raise TypeError(f"{what} is a {type(obj).__name__}, not a toolfleet Extension")
+
+
+def _is_tool(obj: Any) -> bool:
+    specs, problems = specs_from(obj)
+    return bool(specs) and not problems
+
+
+def _bare_tool_extension(obj: Any, module: str) -> Extension:
+    """A single tool definition named without a manifest: an extension named by its module.
+
+    E.g. ``--extension offset_adder:OffsetAdderPlugin`` (a RAGFlow plugin file) serves
+    ``ext_offset_adder_<tool>``; the version is the definition's ``_version_`` (RAGFlow's
+    attribute) or ``version``, else ``0``.
+    """
+    slug = _NOT_SLUG.sub("-", module.rsplit(".", 1)[-1]).strip("-_")[:40] or "tools"
+    version = getattr(obj, "_version_", None) or getattr(obj, "version", None) or "0"
+    return Extension(slug=slug, version=str(version), tools=[obj])
 
 
 def _resolve(module_name: str, attr: str) -> Any:
@@ -65,13 +89,17 @@ def _resolve(module_name: str, attr: str) -> Any:
 def load_spec(spec: str) -> Extension:
     """Import ``MODULE:ATTR`` (or ``MODULE``, taking its ``extension`` attribute).
 
+    ``ATTR`` is an :class:`Extension`, a factory of one, or a single tool definition
+    (a ``Tool`` class, a metadata or RAGFlow plugin, a toolkit, a delegate), which
+    becomes an extension named after the module.
+
     Raises:
         ImportError: the module does not import.
         AttributeError: no such attribute.
         TypeError: the object is not an :class:`Extension` (or a factory of one).
     """
     module_name, _, attr = spec.partition(":")
-    return _as_extension(_resolve(module_name, attr or "extension"), spec)
+    return _as_extension(_resolve(module_name, attr or "extension"), spec, module=module_name)
 
 
 def load_entry_points() -> tuple[Loaded, Errors]:

@@ -33,6 +33,7 @@ from toolfleet.worker.loader import load_all
 from toolfleet.worker.logs import configure_logging
 from toolfleet.worker.reachability import wait_until_reachable
 from toolfleet.worker.redaction import Redactor
+from toolfleet.worker.slots import SlotJanitor
 from toolfleet.worker.toolkit import Toolkit
 
 if TYPE_CHECKING:
@@ -142,6 +143,11 @@ def main(argv: list[str] | None = None) -> int:
         settings.heartbeat_interval_s,
         settings.worker_ttl_s,
         broker=broker,
+        janitor=SlotJanitor(
+            broker.client, settings.namespace, toolkit.affinity_routes, settings.worker_ttl_s * 3
+        )
+        if routes
+        else None,
     )
     cancels = CancelListener(redis_url, settings.namespace, toolkit, factory=factory)
     worker = dramatiq.Worker(broker, queues=queues | set(routes), worker_threads=args.threads)

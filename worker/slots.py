@@ -1,0 +1,125 @@
+"""Slot queues of session affinity: registered while served, handed back when their slot is gone.
+
+A worker process serving a tool with session affinity also consumes a queue only its
+slot consumes (:func:`toolfleet.shared.naming.affinity_queue_for`); producers send a
+conversation's follow-up calls there while the slot heartbeats. A slot's replacement
+process (same host, supervisor and index) serves the same queue, so its calls are never
+stranded by one process dying. When the whole slot is gone (its supervisor or pod went
+away) calls routed there in the moments before the producers noticed would wait for a
+consumer that never comes; :class:`SlotJanitor`, run by every worker's maintenance,
+moves them back to the tool's own queue once the slot's heartbeats are older than
+``stale_s``, so another worker answers them (with a fresh interpreter, which says so).
+
+The registry of slot queues is the hash ``<ns>:slots`` (slot queue -> the queue it stands
+in for; :func:`toolfleet.shared.naming.slots_key`), written by each process every beat.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import orjson
+import redis
+from dramatiq.brokers.redis import RedisBroker
+
+from toolfleet.shared.naming import actor_name_for, slots_key, workers_key
+
+__all__ = ["SlotJanitor"]
+
+log = logging.getLogger("toolfleet.worker.slots")
+
+#: Messages moved per slot queue and maintenance run (the rest wait for the next run).
+MOVE_BATCH = 500
+
+
+class SlotJanitor:
+    """Register this process's slot queues; hand back the queues of slots that are gone.
+
+    Args:
+        client: Redis client.
+        namespace: key prefix.
+        routes: this process's slot queues: queue -> slot queue.
+        stale_s: seconds without a heartbeat after which a slot counts as gone.
+    """
+
+    def __init__(
+        self, client: redis.Redis, namespace: str, routes: dict[str, str], stale_s: float
+    ) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.routes = dict(routes)
+        self.stale_s = stale_s
+
+    def register(self, pipe: redis.client.Pipeline) -> None:
+        """Add this process's slot queues to the registry (in the caller's pipeline)."""
+        if self.routes:
+            mapping = {slot: queue for queue, slot in self.routes.items()}
+            pipe.hset(slots_key(self.namespace), mapping=mapping)  # type: ignore[arg-type]
+
+    def sweep(self, broker: RedisBroker) -> int:
+        """Move the messages of gone slots' queues back to their own queues.
+
+        Dramatiq's maintenance first gives the unacknowledged messages of the slot's dead
+        brokers back to the slot queue; then each message is rewritten for the tool's own
+        queue (``queue_name``, ``actor_name``) and moved. A slot with nothing left is
+        removed from the registry. One worker at a time per slot (a short Redis lock).
+
+        Returns:
+            Messages moved.
+        """
+        registry = self.client.hgetall(slots_key(self.namespace))
+        mine = set(self.routes.values())
+        moved = 0
+        for raw_slot, raw_queue in registry.items():
+            slot, queue = _text(raw_slot), _text(raw_queue)
+            if slot in mine or self._alive(slot):
+                continue
+            lock = f"{self.namespace}:slots:lock:{slot}"
+            if not self.client.set(lock, "1", nx=True, ex=30):
+                continue
+            try:
+                moved += self._hand_back(broker, slot, queue)
+            finally:
+                self.client.delete(lock)
+        return moved
+
+    def _alive(self, slot: str) -> bool:
+        newest = self.client.zrevrange(workers_key(self.namespace, slot), 0, 0, withscores=True)
+        return bool(newest) and float(newest[0][1]) >= time.time() - self.stale_s
+
+    def _hand_back(self, broker: RedisBroker, slot: str, queue: str) -> int:
+        from toolfleet.worker.catalog import run_maintenance  # a cycle otherwise
+
+        run_maintenance(broker, slot)
+        ns = broker.namespace
+        ids = self.client.lrange(f"{ns}:{slot}", 0, MOVE_BATCH - 1)
+        pipe = self.client.pipeline(transaction=False)
+        for raw_id in ids:
+            message_id = _text(raw_id)
+            body = self.client.hget(f"{ns}:{slot}.msgs", message_id)
+            pipe.lrem(f"{ns}:{slot}", 0, message_id)
+            pipe.hdel(f"{ns}:{slot}.msgs", message_id)
+            if body is None:
+                continue
+            try:
+                message = orjson.loads(body)
+                message["queue_name"] = queue
+                message["actor_name"] = actor_name_for(queue)
+                rewritten = orjson.dumps(message)
+            except (orjson.JSONDecodeError, TypeError):
+                log.warning("dropping an undecodable message %s of slot queue %s", message_id, slot)
+                continue
+            pipe.hset(f"{ns}:{queue}.msgs", message_id, rewritten)
+            pipe.rpush(f"{ns}:{queue}", message_id)
+        if not ids:
+            pipe.hdel(slots_key(self.namespace), slot)
+            pipe.delete(workers_key(self.namespace, slot))
+        pipe.execute()
+        if ids:
+            log.info("slot queue %s is gone: %d calls handed back to %s", slot, len(ids), queue)
+        return len(ids)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
