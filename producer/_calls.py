@@ -8,7 +8,6 @@ disabled, switched off, or not for this account).
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +19,10 @@ from toolfleet.producer.backpressure import QueueLengths
 from toolfleet.producer.catalog import Catalog
 from toolfleet.producer.turns import TurnCall
 from toolfleet.shared import codec
+from toolfleet.shared.cancels import REQUESTED
 from toolfleet.shared.errors import ClientError
+from toolfleet.shared.limits import timeout_problem
+from toolfleet.shared.naming import cancel_channel, cancel_key, outcome_key
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.wire import CallContext, Status, ToolCallRequest, ToolCallResult, new_call_id
 
@@ -31,6 +33,7 @@ __all__ = [
     "arguments_size",
     "build_request",
     "check_timeout",
+    "queue_foreign_cancel",
     "local_result",
     "make_context",
     "never_sent",
@@ -39,6 +42,12 @@ __all__ = [
 
 #: What ``submit`` accepts as arguments: a JSON object, the model's raw JSON string, none.
 Arguments = dict[str, Any] | str | None
+
+
+#: What a caller reads while no worker has published the catalog (a Redis restart without
+#: persistence empties it until the next heartbeat): a retryable ``not_available``, never
+#: ``unknown_function``, which would tell a model that a served tool does not exist.
+CATALOG_EMPTY = "the tool catalog is empty (no worker has published it yet); retry shortly"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,15 +62,12 @@ def check_timeout(timeout_s: Any) -> float:
     """``timeout_s`` as a float.
 
     Raises:
-        ClientError: not a positive, finite number of seconds.
+        ClientError: not a positive, finite number of seconds of at most
+            :data:`~toolfleet.shared.limits.MAX_TIMEOUT_S` (one day).
     """
-    if (
-        isinstance(timeout_s, bool)
-        or not isinstance(timeout_s, (int, float))
-        or not math.isfinite(timeout_s)
-        or not timeout_s > 0
-    ):
-        raise ClientError("timeout_s must be a positive, finite number of seconds")
+    problem = timeout_problem(timeout_s)
+    if problem:
+        raise ClientError(problem)
     return float(timeout_s)
 
 
@@ -172,6 +178,8 @@ def admit(
         )
         return Refusal(Status.REJECTED, message)
     entry = catalog.entries.get(request.function)
+    if entry is None and not catalog.entries:
+        return Refusal(Status.NOT_AVAILABLE, CATALOG_EMPTY)
     if entry is None:
         return Refusal(Status.UNKNOWN_FUNCTION, f"unknown function {request.function!r}")
     refusal = catalog.refusal(request.function, request.context.account)
@@ -267,3 +275,17 @@ def prepare_turn_call(
     if isinstance(admitted, Refusal):
         return local_result(request, admitted.status, admitted.message)
     return admitted, request
+
+
+def queue_foreign_cancel(pipe: Any, namespace: str, call_id: str, ttl_s: int) -> None:
+    """Queue on ``pipe`` the cancel of a call this client does not hold (by its id).
+
+    Three commands, whose results are ``(finished, marked, receivers)``: whether the call
+    has its outcome, whether the ``REQUESTED`` cancel marker was set (only when no marker
+    exists: a producer's ``RESOLVED`` marker stays), and the pub/sub message that reaches
+    a running call. The cancel took effect when ``marked and not finished``. Works for
+    sync and async pipelines alike.
+    """
+    pipe.exists(outcome_key(namespace, call_id))
+    pipe.set(cancel_key(namespace, call_id), REQUESTED, ex=ttl_s, nx=True)
+    pipe.publish(cancel_channel(namespace), call_id)

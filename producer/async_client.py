@@ -33,6 +33,7 @@ from toolfleet.producer._calls import (
     make_context,
     never_sent,
     prepare_turn_call,
+    queue_foreign_cancel,
 )
 from toolfleet.producer._redis import (
     connection_failed,
@@ -50,9 +51,11 @@ from toolfleet.producer.listener import EventSink, present
 from toolfleet.producer.publish import AsyncPublisher
 from toolfleet.producer.stream import TurnState, TurnStream
 from toolfleet.producer.turns import parse_tool_calls
+from toolfleet.shared.cancels import RESOLVED
 from toolfleet.shared.errors import ClientClosedError, ClientError
 from toolfleet.shared.export import export_tools
-from toolfleet.shared.naming import cancel_channel, cancel_key, reply_key
+from toolfleet.shared.extension_errors import current_errors
+from toolfleet.shared.naming import cancel_channel, cancel_key, extension_errors_key, reply_key
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.wire import CallContext, Status, ToolCallRequest, ToolCallResult
 
@@ -380,7 +383,7 @@ class AsyncToolClient:
         )  # fmt: skip
 
     async def cancel(self, call_id: str) -> bool:
-        """Cancel a call made by this client (see ``ToolClient.cancel``).
+        """Cancel a call by its id, made by this client or by any other (see ``ToolClient.cancel``).
 
         Returns:
             False when the call had already resolved.
@@ -390,7 +393,28 @@ class AsyncToolClient:
         resolved = self._resolve_canceled(call_id)
         if resolved:
             await self._cancel_in_fleet([call_id])
-        return resolved
+            return True
+        pipe = self._redis.pipeline(transaction=False)
+        queue_foreign_cancel(pipe, self.namespace, call_id, self.settings.reply_ttl_s)
+        try:
+            finished, marked, _ = await pipe.execute()
+            return bool(marked) and not finished
+        except (redis.RedisError, OSError) as exc:
+            log.warning("could not cancel call %s: %s", call_id, exc)
+            return False
+
+    async def extension_errors(self) -> dict[str, str]:
+        """Extensions the live workers could not load, and why (see ``ToolClient``).
+
+        Raises:
+            ConnectionFailed: Redis cannot be reached.
+        """
+        self._bind()
+        try:
+            fields = await self._redis.hgetall(extension_errors_key(self.namespace))
+        except (redis.RedisError, OSError) as exc:
+            raise connection_failed(exc, self.where, "reading extension errors") from exc
+        return current_errors(fields, self.settings.worker_ttl_s)
 
     @property
     def in_flight(self) -> int:
@@ -596,7 +620,7 @@ class AsyncToolClient:
         ttl = self.settings.reply_ttl_s
         pipe = self._redis.pipeline(transaction=False)
         for call_id in call_ids:
-            pipe.set(cancel_key(self.namespace, call_id), b"1", ex=ttl)
+            pipe.set(cancel_key(self.namespace, call_id), RESOLVED, ex=ttl)
             pipe.publish(cancel_channel(self.namespace), call_id)
         try:
             await pipe.execute()

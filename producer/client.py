@@ -25,6 +25,7 @@ from toolfleet.producer._calls import (
     make_context,
     never_sent,
     prepare_turn_call,
+    queue_foreign_cancel,
 )
 from toolfleet.producer._redis import (
     connection_failed,
@@ -40,9 +41,11 @@ from toolfleet.producer.listener import EventSink, ReplyListener, present
 from toolfleet.producer.publish import Publisher
 from toolfleet.producer.stream import TurnState
 from toolfleet.producer.turns import parse_tool_calls
+from toolfleet.shared.cancels import RESOLVED
 from toolfleet.shared.errors import ClientClosedError, ClientError
 from toolfleet.shared.export import export_tools
-from toolfleet.shared.naming import cancel_channel, cancel_key, reply_key
+from toolfleet.shared.extension_errors import current_errors
+from toolfleet.shared.naming import cancel_channel, cancel_key, extension_errors_key, reply_key
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.wire import CallContext, Status, ToolCallRequest, ToolCallResult
 
@@ -410,18 +413,21 @@ class ToolClient:
         )  # fmt: skip
 
     def cancel(self, call_id: str) -> bool:
-        """Cancel a call made by this client.
+        """Cancel a call by its id, made by this client or by any other of the namespace.
 
-        The call resolves ``canceled`` at once. In the fleet, a queued call never runs; a
-        running ``async`` or ``process`` tool is stopped; a running ``thread`` tool sees
-        ``context.canceled`` become true.
+        A call made by this client resolves ``canceled`` at once. A call made elsewhere
+        (another replica behind a load balancer, a stateless gateway) is canceled in the
+        fleet and its own caller receives ``canceled`` from the worker. In the fleet, a
+        queued call never runs; a running ``async`` or ``process`` tool is stopped; a
+        running ``thread`` tool sees ``context.canceled`` become true.
 
         Args:
             call_id: the call's ``id``: ``future.call_id`` of the future :meth:`submit`
                 returned (also ``ToolCallResult.id``).
 
         Returns:
-            False when the call had already resolved.
+            False when the call had already resolved (or, for a call made elsewhere,
+            already has its outcome, or Redis could not be reached).
         """
         self._live()
         resolved = self._listener.resolve(
@@ -433,13 +439,40 @@ class ToolClient:
         if resolved:
             with contextlib.suppress(redis.RedisError):
                 self._cancel_in_fleet([call_id])
-        return resolved
+            return True
+        pipe = self._redis.pipeline(transaction=False)
+        queue_foreign_cancel(pipe, self.namespace, call_id, self.settings.reply_ttl_s)
+        try:
+            finished, marked, _ = pipe.execute()
+            return bool(marked) and not finished
+        except redis.RedisError as exc:
+            log.warning("could not cancel call %s: %s", call_id, exc)
+            return False
+
+    def extension_errors(self) -> dict[str, str]:
+        """Extensions the live workers could not load, and why (secrets scrubbed).
+
+        Each worker reports its current state at every heartbeat, so a fixed extension
+        drops out once the workers restart (see :mod:`toolfleet.shared.extension_errors`).
+
+        Returns:
+            Extension source (entry point, ``MODULE:ATTR`` or folder) -> the reason.
+
+        Raises:
+            ConnectionFailed: Redis cannot be reached.
+        """
+        self._live()
+        try:
+            fields = self._redis.hgetall(extension_errors_key(self.namespace))
+        except redis.RedisError as exc:
+            raise connection_failed(exc, self.where, "reading extension errors") from exc
+        return current_errors(fields, self.settings.worker_ttl_s)
 
     def _cancel_in_fleet(self, call_ids: list[str]) -> None:
         ttl = self.settings.reply_ttl_s
         pipe = self._redis.pipeline(transaction=False)
         for call_id in call_ids:
-            pipe.set(cancel_key(self.namespace, call_id), b"1", ex=ttl)
+            pipe.set(cancel_key(self.namespace, call_id), RESOLVED, ex=ttl)
             pipe.publish(cancel_channel(self.namespace), call_id)
         pipe.execute()
 

@@ -15,6 +15,7 @@ Redis keys (``ns`` is the namespace, default ``toolfleet``)::
     <ns>:outcome:<id>            a call's terminal result (for redelivered messages)
     <ns>:cancel:<id>             a canceled call; <ns>:cancel is the pub/sub channel
     <ns>:brokers                 hash: worker id -> Dramatiq broker id
+    <ns>:inflight:<worker_id>    hash: call id -> the running call (for the watchdog)
     <ns>:events                  stream of lifecycle events (capped)
     <ns>:mcp_servers             hash: worker id -> its MCP sessions' states (JSON, with "at")
     <ns>:slots                   hash: slot queue -> the queue it stands in for (affinity)
@@ -44,6 +45,7 @@ __all__ = [
     "extension_switch",
     "function_name",
     "function_names",
+    "inflight_key",
     "is_extension_function",
     "mcp_servers_key",
     "outcome_key",
@@ -262,3 +264,8 @@ def events_key(namespace: str) -> str:
 def mcp_servers_key(namespace: str) -> str:
     """Hash: worker id -> ``{"at": epoch s, "servers": {slug: state}}`` of its MCP sessions."""
     return f"{namespace}:mcp_servers"
+
+
+def inflight_key(namespace: str, worker_id: str) -> str:
+    """Hash of the calls running in worker process ``worker_id`` (call id -> record)."""
+    return f"{namespace}:inflight:{worker_id}"

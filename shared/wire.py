@@ -103,8 +103,8 @@ class ToolCallRequest(BaseModel):
     arguments: dict[str, Any] | str | None = None
     context: CallContext = Field(default_factory=CallContext)
     reply_to: str
-    deadline: float
-    timeout_s: float
+    deadline: float = Field(allow_inf_nan=False)
+    timeout_s: float = Field(allow_inf_nan=False)
     sent_at: float = Field(default_factory=time.time)
     events: bool = False
 

@@ -28,6 +28,7 @@ from toolfleet.producer import ToolClient
 from toolfleet.shared import Status, codec
 from toolfleet.shared.naming import actor_name_for, brokers_key, claim_key
 from toolfleet.shared.wire import ReplyEnvelope, ToolCallResult
+from toolfleet.worker.ledger import owner_of
 
 #: The thread tools of tests/guarantee_tools.py without its process tools (no tool child
 #: processes to start, so a fleet is up in seconds).
@@ -223,7 +224,7 @@ def test_sigkill_mid_run_answers_every_call_once_and_never_reruns(
         assert crashed, "no call was running on the killed process"
         assert {res.id for res in crashed} <= held
         for res in crashed:
-            assert r.get(claim_key(ns, res.id)) == worker_id.encode()
+            assert owner_of(r.get(claim_key(ns, res.id)).decode()) == worker_id  # type: ignore[union-attr]
         recovered_at = max(done_at[index[call_id]] for call_id in held)
         recovery_s = recovered_at - killed_at
         print(

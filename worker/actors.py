@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from typing import Any
 
 import dramatiq
@@ -11,12 +13,15 @@ from dramatiq.brokers.redis import RedisBroker
 from pydantic import ValidationError
 
 from toolfleet.shared import codec
+from toolfleet.shared.limits import deadline_problem
 from toolfleet.shared.naming import actor_name_for
 from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallRequest, ToolCallResult
-from toolfleet.worker.ledger import Ledger
+from toolfleet.worker import metrics
+from toolfleet.worker.isolation.inproc import LOOP_MARGIN_S
+from toolfleet.worker.ledger import InFlight, Ledger, Posted
 from toolfleet.worker.logs import call_scope
 from toolfleet.worker.observe import Observer
-from toolfleet.worker.toolkit import Toolkit
+from toolfleet.worker.toolkit import DEADLINE_GRACE_S, Toolkit
 
 __all__ = ["RejectedMessage", "Worker", "declare_actors"]
 
@@ -26,6 +31,14 @@ log = logging.getLogger("toolfleet.worker.actors")
 NOT_RETRIED = (
     "the worker stopped while running this call; not retried because the tool may have side effects"
 )
+
+#: What the model reads when a call was picked up after its deadline.
+EXPIRED_MESSAGE = "the call's deadline passed before it could run"
+#: Seconds past its limit a call may take to be answered by its own process, by isolation
+#: (a ``process`` child is killed and reported by pebble; see isolation.process).
+ISOLATION_MARGIN_S = {"thread": 0.0, "async": LOOP_MARGIN_S, "process": 1.0}
+#: The watchdog never answers a call within this many seconds of its claim.
+MIN_ANSWER_S = 0.5
 
 
 class RejectedMessage(Exception):  # noqa: N818 - Dramatiq "throws" exception, not an error of ours
@@ -50,6 +63,8 @@ class Worker:
         self.ledger = ledger
         self.max_arguments_bytes = max_arguments_bytes
         self.observer = Observer(toolkit)
+        self._active: set[str] = set()
+        self._active_lock = threading.Lock()
 
     def handle(self, raw: Any, queue: str) -> None:
         """Answer one message body (the orjson-encoded :class:`ToolCallRequest`).
@@ -68,9 +83,24 @@ class Worker:
         with call_scope(
             call_id=request.id, function=request.function, traceparent=request.context.traceparent
         ):
-            self._handle(request, queue, _size_bound(raw))
+            with self._active_lock:
+                duplicate = request.id in self._active
+                self._active.add(request.id)
+            if duplicate:
+                log.warning("call %s is running in this process; duplicate delivery dropped",
+                            request.id)  # fmt: skip
+                return
+            try:
+                self._handle(request, queue, _size_bound(raw))
+            finally:
+                with self._active_lock:
+                    self._active.discard(request.id)
 
     def _handle(self, request: ToolCallRequest, queue: str, bound: int) -> None:
+        problem = deadline_problem(request.deadline, request.timeout_s, time.time())
+        if problem:
+            self._finish(request, self._failure(request, Status.REJECTED, problem), queue)
+            return
         # the whole message bounds the arguments: encode them only when it is too large
         size = bound
         if size > self.max_arguments_bytes:
@@ -79,14 +109,16 @@ class Worker:
             message = (
                 f"the arguments are {size} bytes, over the limit of {self.max_arguments_bytes}"
             )
+            metrics.OVERSIZE.labels("arguments").inc()
             self._finish(request, self._failure(request, Status.REJECTED, message), queue)
             return
-        claim = self.ledger.claim(request, queue)
+        token = self.ledger.new_token()
+        record = self._in_flight(request)
+        claim = self.ledger.claim(request, queue, token, record)
         if claim.switches is not None:  # read with the claim: a switch applies at once
             self.toolkit.switches.load(claim.switches)
         if claim.outcome is not None:
-            log.info("call %s was answered already; posting its reply again", request.id)
-            self.ledger.repost(request, claim.outcome)
+            log.info("call %s was answered already; its reply went out with it", request.id)
             return
         if not claim.acquired:
             if claim.owner_alive:
@@ -101,8 +133,12 @@ class Worker:
             log.warning(
                 "call %s: worker %s died; re-running the idempotent tool", request.id, claim.owner
             )
-            self.ledger.take_over(request)
+            self.ledger.take_over(request, token, record)
         if claim.canceled:
+            if request.deadline <= time.time():
+                late = self._failure(request, Status.EXPIRED, EXPIRED_MESSAGE)
+                self._finish(request, late, queue)
+                return
             canceled = self._failure(request, Status.CANCELED, "the call was canceled")
             self._finish(request, canceled, queue)
             return
@@ -110,11 +146,35 @@ class Worker:
         try:
             result = self.toolkit.call(request)
         except BaseException:
+            self.ledger.forget(request)
             self.observer.responded(
                 request, self._failure(request, Status.CRASHED, "worker error"), queue, True
             )
             raise
         self._finish(request, result, queue, requested)
+
+    def _in_flight(self, request: ToolCallRequest) -> InFlight:
+        """The watchdog's record of the call: by when this process answers it itself."""
+        now = time.time()
+        served = self.toolkit.served.get(request.function)
+        limit_s = 0.0
+        margin_s = 0.0
+        if served is not None:
+            limit_s = max(0.0, min(served.timeout_s, request.deadline - now + DEADLINE_GRACE_S))
+            if served.retry is not None:  # retried: answered by the deadline at the latest
+                limit_s = max(0.0, request.deadline - now + DEADLINE_GRACE_S)
+            margin_s = ISOLATION_MARGIN_S.get(
+                "async" if served.is_async and served.isolation == "thread" else served.isolation,
+                0.0,
+            )
+        return InFlight(
+            id=request.id,
+            tool_call_id=request.tool_call_id,
+            function=request.function,
+            reply_to=request.reply_to,
+            answer_by=now + max(limit_s, MIN_ANSWER_S) + margin_s,
+            limit_s=limit_s,
+        )
 
     def _failure(self, request: ToolCallRequest, status: Status, message: str) -> ToolCallResult:
         return ToolCallResult.failure(request, status, message, worker=self.toolkit.worker_id)
@@ -129,13 +189,19 @@ class Worker:
         responded = self.observer.responded(request, result, queue, requested is not None)
         events = [e for e in (requested, responded) if e is not None]
         try:
-            self.ledger.finish(request, result, events)
+            posted = self.ledger.finish(request, result, events)
         except codec.EncodeError as exc:
             log.error("result of %s could not be encoded: %s", request.id, exc)
             fallback = self._failure(
                 request, Status.CRASHED, "the tool's result could not be encoded"
             )
-            self.ledger.finish(request, fallback)
+            posted = self.ledger.finish(request, fallback)
+        if posted == Posted.ALREADY_ANSWERED:
+            log.warning(
+                "late %s result of %s (call %s) discarded: the call was answered already",
+                result.status.value, request.function, request.id,
+            )  # fmt: skip
+            return
         log.debug("answered %s %s: %s", request.function, request.id, result.status.value)
 
     def _reject_undecodable(self, raw: Any, exc: Exception) -> None:

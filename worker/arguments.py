@@ -28,6 +28,7 @@ from pydantic import BaseModel, ValidationError
 from toolfleet.shared import codec
 from toolfleet.shared.errors import InvalidArgumentsError
 from toolfleet.shared.nulls import drop_default_nulls
+from toolfleet.worker.surrogates import replace_lone_surrogates
 
 __all__ = ["parse_arguments"]
 
@@ -54,7 +55,7 @@ def parse_arguments(raw: dict[str, Any] | str | None, model: type[BaseModel]) ->
     Raises:
         InvalidArgumentsError: with a short message the model can act on.
     """
-    value = _decode(raw, has_fields=bool(model.model_fields))
+    value = replace_lone_surrogates(_decode(raw, has_fields=bool(model.model_fields)))
     _reject_extra(value, model)
     value = drop_default_nulls(value, model)
     try:

@@ -14,6 +14,7 @@ import redis
 from dramatiq.brokers.redis import RedisBroker
 
 from toolfleet.shared import codec
+from toolfleet.shared.extension_errors import WorkerErrors
 from toolfleet.shared.naming import (
     brokers_key,
     catalog_key,
@@ -98,9 +99,9 @@ class CatalogPublisher:
                 state["last_error"] = self.toolkit.redactor.scrub(state["last_error"])
             report = codec.dumps({"at": now, "servers": servers})
             pipe.hset(mcp_servers_key(self.namespace), self.toolkit.worker_id, report)
-        if self.toolkit.errors:
-            errors = {k: self.toolkit.redactor.scrub(v) for k, v in self.toolkit.errors.items()}
-            pipe.hset(extension_errors_key(self.namespace), mapping=errors)  # type: ignore[arg-type]
+        errors = {k: self.toolkit.redactor.scrub(v) for k, v in self.toolkit.errors.items()}
+        errors_report = WorkerErrors(at=now, errors=errors).model_dump_json()
+        pipe.hset(extension_errors_key(self.namespace), self.toolkit.worker_id, errors_report)
         for queue in self.queues:
             key = workers_key(self.namespace, queue)
             pipe.zadd(key, {self.toolkit.worker_id: now})
@@ -120,11 +121,12 @@ class CatalogPublisher:
                 self.janitor.sweep(self.broker)
 
     def withdraw(self) -> None:
-        """Remove this worker from every queue's live set (on shutdown)."""
+        """Remove this worker from every queue's live set and its error report (on shutdown)."""
         pipe = self.client.pipeline(transaction=False)
         for queue in self.queues:
             pipe.zrem(workers_key(self.namespace, queue), self.toolkit.worker_id)
         pipe.hdel(mcp_servers_key(self.namespace), self.toolkit.worker_id)
+        pipe.hdel(extension_errors_key(self.namespace), self.toolkit.worker_id)
         pipe.execute()
 
     def start(self) -> None:

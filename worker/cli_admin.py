@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from toolfleet.shared import codec
+from toolfleet.shared.extension_errors import current_errors
 from toolfleet.shared.naming import (
     catalog_key,
     extension_errors_key,
@@ -188,8 +189,8 @@ def check(
     console.print(table)
     problems = dict(toolkit.errors)
     if reported:
-        for raw_source, raw_message in reported.items():
-            problems.setdefault(f"worker: {raw_source.decode()}", raw_message.decode())
+        for source, message in current_errors(reported, settings.worker_ttl_s).items():
+            problems.setdefault(f"worker: {source}", message)
     for source, message in sorted(problems.items()):
         console.print(f"[red]problem[/] {source}: {message}", highlight=False)
     if problems:

@@ -67,6 +67,7 @@ class WaitingConsumer(_RedisConsumer):
         self._failures = 0
         self._queue_empty = False
         self._fetched_at = 0.0
+        self._cache_ids: list[str] = []
 
     def _backoff(self, exc: redis.RedisError) -> None:
         """Wait before the next attempt to reach Redis (logs the first failure of a run)."""
@@ -102,15 +103,18 @@ class WaitingConsumer(_RedisConsumer):
             while True:
                 if self.message_cache:
                     data = self.message_cache.pop(0)
+                    redis_id = self._cache_ids.pop(0) if self._cache_ids else None
                     if data is None:
+                        if redis_id is not None:  # its body is gone: drop the id too
+                            self.broker.forget_fetched(self.queue_name, redis_id)
                         continue
                     try:
                         message = Message.decode(data)
-                        problem = unusable(message, self.queue_name)
+                        problem = unusable(message, self.queue_name) or _mismatch(message, redis_id)
                         if problem:
                             raise ValueError(f"unusable message: {problem}")
                     except Exception as exc:  # noqa: BLE001 - a poison message, not a crash
-                        self.broker.handle_poison(self.queue_name, data, exc)
+                        self.broker.handle_poison(self.queue_name, data, exc, redis_id)
                         continue
                     self.misses = 0
                     self.queued_message_ids.add(message.message_id)
@@ -124,14 +128,15 @@ class WaitingConsumer(_RedisConsumer):
                     # one blocking command per WAIT_S)
                     self._wait()
                     return None
-                fetched = self.broker.do_fetch(
+                fetched = self.broker.fetch_with_ids(
                     self.queue_name,
                     min(FETCH_BATCH, self.prefetch - self.outstanding_message_count),
                 )
                 self._fetched_at = time.monotonic()
                 self._failures = 0
                 if fetched:
-                    self.message_cache = fetched
+                    self._cache_ids = [redis_id for redis_id, _ in fetched]
+                    self.message_cache = [data for _, data in fetched]
                     continue
                 self._wait()
                 return None
@@ -156,6 +161,7 @@ class WaitingConsumer(_RedisConsumer):
             except Exception:  # noqa: BLE001, S112 - undecodable: maintenance handles it
                 continue
         self.message_cache = []
+        self._cache_ids = []
         if ids:
             try:
                 self.broker.do_requeue(self.queue_name, *ids)
@@ -192,6 +198,31 @@ def unusable(message: Message[Any], queue_name: str) -> str:
     return ""
 
 
+#: KEYS: queue list, this broker's acks set, messages hash, heartbeats. ARGV: count, broker
+#: id, now (ms). Dramatiq's ``fetch`` (pop ids, add them to the acks set, read the bodies)
+#: and its heartbeat, returning ``{id, body or false, id, body or false, ...}``.
+_FETCH_WITH_IDS = """
+redis.call("zadd", KEYS[4], ARGV[3], ARGV[2])
+local out = {}
+for i = 1, math.min(tonumber(ARGV[1]), 1000) do
+    local id = redis.call("lpop", KEYS[1])
+    if not id then break end
+    redis.call("sadd", KEYS[2], id)
+    out[#out + 1] = id
+    out[#out + 1] = redis.call("hget", KEYS[3], id)
+end
+return out
+"""
+
+
+def _mismatch(message: Message[Any], redis_id: str | None) -> str:
+    """Why ``message`` cannot be acknowledged by its own ``redis_message_id`` ("" if it can)."""
+    stored = message.options.get("redis_message_id")
+    if redis_id is None or stored == redis_id:
+        return ""
+    return f"redis_message_id {str(stored)[:80]!r} is not the key {redis_id!r} it is stored under"
+
+
 class FleetRedisBroker(RedisBroker):
     """Dramatiq's ``RedisBroker`` using :class:`WaitingConsumer` for normal queues.
 
@@ -203,18 +234,61 @@ class FleetRedisBroker(RedisBroker):
 
     on_poison: Callable[[str, bytes, Exception], None] | None = None
     poison_messages = 0
+    _fetch_script: Any = None
 
-    def handle_poison(self, queue_name: str, data: bytes, error: Exception) -> None:
+    def fetch_with_ids(self, queue_name: str, count: int) -> list[tuple[str, bytes | None]]:
+        """Fetch up to ``count`` messages as ``(redis id, body)`` pairs.
+
+        Dramatiq's own ``fetch`` command, plus the id each body is stored under (Dramatiq
+        returns bodies only and acknowledges by the id written *inside* the body, so a
+        body whose ``redis_message_id`` differs from its key would stay in ``.msgs`` for
+        good). A body that is gone is ``None``.
+
+        Raises:
+            redis.RedisError: Redis failed.
+        """
+        if self._fetch_script is None:
+            self._fetch_script = self.client.register_script(_FETCH_WITH_IDS)
+        keys = [
+            f"{self.namespace}:{queue_name}",
+            self._acks_key(queue_name),
+            f"{self.namespace}:{queue_name}.msgs",
+            f"{self.namespace}:__heartbeats__",
+        ]
+        flat = self._fetch_script(keys, [count, self.broker_id, int(time.time() * 1000)])
+        pairs = []
+        for i in range(0, len(flat), 2):
+            redis_id = flat[i].decode() if isinstance(flat[i], bytes) else str(flat[i])
+            pairs.append((redis_id, flat[i + 1]))
+        return pairs
+
+    def forget_fetched(self, queue_name: str, redis_id: str) -> None:
+        """Drop a fetched id whose body no longer exists from this broker's unacked set."""
+        try:
+            self.client.srem(self._acks_key(queue_name), redis_id)
+        except redis.RedisError as exc:
+            logger.warning("could not drop fetched id %s: %s", redis_id, exc)
+
+    def _acks_key(self, queue_name: str) -> str:
+        return f"{self.namespace}:__acks__.{self.broker_id}.{queue_name}"
+
+    def handle_poison(
+        self, queue_name: str, data: bytes, error: Exception, redis_id: str | None = None
+    ) -> None:
         """Dead-letter an undecodable message this consumer fetched.
 
-        The others fetched with it are not stranded. Its Redis id is found among this
-        broker's unacked ids.
+        The others fetched with it are not stranded. Its Redis id is ``redis_id`` when
+        known, else it is found among this broker's unacked ids.
         """
         self.poison_messages += 1
         logger.error("undecodable message on %s dead-lettered: %s", queue_name, str(error)[:200])
-        acks = f"{self.namespace}:__acks__.{self.broker_id}.{queue_name}"
+        acks = self._acks_key(queue_name)
         try:
-            ids = list(self.client.smembers(acks))
+            if redis_id is not None:
+                self.do_nack(queue_name, redis_id)
+                ids = []
+            else:
+                ids = list(self.client.smembers(acks))
             if ids:
                 bodies = self.client.hmget(f"{self.namespace}:{queue_name}.msgs", ids)
                 for message_id, body in zip(ids, bodies, strict=True):

@@ -1,13 +1,22 @@
 """Exactly one terminal reply per call id, across redeliveries: claims and outcomes in Redis.
 
-Dramatiq delivers at least once: a message comes back when its worker died or stalled.
-Before running a call the worker claims its id; after, it records the outcome in the
-same round trip that posts the reply. A redelivered message whose outcome exists gets
-that reply again and never re-runs. One whose claim exists without an outcome (its
-worker died mid-run) re-runs only when the tool is idempotent; otherwise it is answered
-``crashed`` ("not retried because the tool may have side effects"). A claim held by a
-worker that is still alive (fresh heartbeat) means the call is running there: the
-duplicate message is dropped.
+Dramatiq delivers at least once: a message comes back when its worker died or stalled,
+and a raw duplicate may be published. Before running a call the worker claims its id
+for one *delivery* (a token unique to this handling, ``<worker id>#<random>``), in one
+atomic script that also reads the outcome and the cancel marker and records the call as
+in flight for the supervisor's watchdog. After the run, one atomic script records the
+outcome only if none exists yet and posts the reply only then, so a call has exactly one
+reply whoever answers first (the worker, or the watchdog at the limit) and a late result
+is discarded. The reply is not posted when the producer resolved the call itself (its
+cancel marker says so, see :mod:`toolfleet.shared.cancels`).
+
+Another delivery of a claimed call never runs it again: the outcome exists (nothing more
+to do: the reply went out with it), or the claim's worker is alive (the call is running
+there; the duplicate is dropped), or it is this process (the same check, in memory, by
+:class:`~toolfleet.worker.actors.Worker`). Only a claim of a dead worker (stale heartbeat, or
+this worker id in a process that does not run the call: a reused pid) leads to a re-run,
+and only for an idempotent tool; otherwise the call is answered ``crashed`` ("not retried
+because the tool may have side effects").
 
 While Redis is unreachable (a restart, a dropped connection) claiming and answering are
 retried with backoff until the call's deadline: the worker holds the message in memory,
@@ -19,24 +28,29 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import redis
+from pydantic import BaseModel
 
 from toolfleet.shared import codec
+from toolfleet.shared.cancels import REQUESTED
+from toolfleet.shared.limits import DEADLINE_SLACK_S, MAX_TIMEOUT_S
 from toolfleet.shared.naming import (
     cancel_key,
     claim_key,
     events_key,
+    inflight_key,
     outcome_key,
     switches_key,
     workers_key,
 )
 from toolfleet.shared.wire import ReplyEnvelope, ToolCallRequest, ToolCallResult, ToolEvent
 
-__all__ = ["Claim", "Ledger"]
+__all__ = ["Claim", "InFlight", "Ledger", "Posted", "owner_of", "post_outcome"]
 
 log = logging.getLogger("toolfleet.worker.ledger")
 
@@ -46,15 +60,82 @@ T = TypeVar("T")
 RETRY_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 
 
+#: KEYS: claim, outcome, cancel marker, in-flight hash, switches hash. ARGV: token, ttl
+#: (s), call id, in-flight record. Returns {state, value, cancel marker, switches (flat)}:
+#: state 0 = an outcome exists (value: it), 1 = claimed by this token, 2 = claimed already
+#: (value: the owner's token).
+_CLAIM = """
+local outcome = redis.call("get", KEYS[2])
+local cancel = redis.call("get", KEYS[3]) or ""
+local switches = redis.call("hgetall", KEYS[5])
+if outcome then return {0, outcome, cancel, switches} end
+if redis.call("set", KEYS[1], ARGV[1], "NX", "EX", ARGV[2]) then
+    redis.call("hset", KEYS[4], ARGV[3], ARGV[4])
+    redis.call("expire", KEYS[4], ARGV[2])
+    return {1, "", cancel, switches}
+end
+return {2, redis.call("get", KEYS[1]) or "", cancel, switches}
+"""
+
+#: KEYS: outcome, reply list, cancel marker, in-flight hash, events stream. ARGV: reply
+#: envelope, outcome ttl (s), reply ttl (s), call id, events maxlen, events...
+#: Returns 0 when an outcome existed (nothing written), 1 when recorded and posted, 2 when
+#: recorded but not posted (a cancel marker other than REQUESTED: the producer resolved
+#: the call itself).
+_FINISH = """
+redis.call("hdel", KEYS[4], ARGV[4])
+if redis.call("exists", KEYS[1]) == 1 then return 0 end
+redis.call("set", KEYS[1], ARGV[1], "EX", ARGV[2])
+for i = 6, #ARGV do
+    redis.call("xadd", KEYS[5], "MAXLEN", "~", ARGV[5], "*", "event", ARGV[i])
+end
+local cancel = redis.call("get", KEYS[3])
+if cancel and cancel ~= "%s" then return 2 end
+redis.call("rpush", KEYS[2], ARGV[1])
+redis.call("expire", KEYS[2], ARGV[3])
+return 1
+""" % REQUESTED.decode()  # noqa: UP031 - Lua braces make str.format awkward
+
+
+class Posted:
+    """What :func:`post_outcome` did (its return value)."""
+
+    #: an outcome existed already: nothing was written (a late result, discarded)
+    ALREADY_ANSWERED = 0
+    #: the outcome was recorded and the reply posted
+    POSTED = 1
+    #: the outcome was recorded; no reply, because the producer resolved the call itself
+    RESOLVED_BY_PRODUCER = 2
+
+
+class InFlight(BaseModel):
+    """A call running in a worker process, as the watchdog sees it.
+
+    Attributes:
+        id, tool_call_id, function, reply_to: copied from the request.
+        answer_by: Unix epoch seconds by which the worker answers the call itself (its
+            time limit plus the isolation's margin); past it, the watchdog answers
+            ``timeout``.
+        limit_s: the call's time limit, seconds.
+    """
+
+    id: str
+    tool_call_id: str | None = None
+    function: str
+    reply_to: str
+    answer_by: float
+    limit_s: float
+
+
 @dataclass(frozen=True)
 class Claim:
     """What :meth:`Ledger.claim` found.
 
     Attributes:
-        acquired: this worker now owns the call.
+        acquired: this delivery now owns the call.
         outcome: the recorded terminal result (bytes of a result envelope), if any.
-        canceled: the call was canceled before it ran.
-        owner: the worker holding the claim when not acquired.
+        cancel: the call's cancel marker (``b""`` when it was not canceled).
+        owner: the worker id holding the claim when not acquired.
         owner_alive: whether that worker still heartbeats.
         switches: the switch states read in the same round trip (the ``<ns>:switches``
             hash as Redis returned it), so a switch change applies to the next call.
@@ -62,10 +143,63 @@ class Claim:
 
     acquired: bool
     outcome: bytes | None = None
-    canceled: bool = False
+    cancel: bytes = b""
     owner: str | None = None
     owner_alive: bool = False
     switches: dict[Any, Any] | None = None
+
+    @property
+    def canceled(self) -> bool:
+        """True when the call was canceled (by a caller, or by the producer at its deadline)."""
+        return bool(self.cancel)
+
+
+def owner_of(token: str) -> str:
+    """The worker id in a claim token ``<worker id>#<random>`` (a bare worker id as is)."""
+    return token.rpartition("#")[0] or token
+
+
+def post_outcome(
+    client: redis.Redis,
+    namespace: str,
+    worker_id: str,
+    call_id: str,
+    reply_to: str,
+    envelope: bytes,
+    ttl_s: int,
+    reply_ttl_s: int,
+    events: list[bytes] | None = None,
+    events_maxlen: int = 100_000,
+) -> int:
+    """Record a call's outcome and post its reply, unless it was answered already (atomic).
+
+    Args:
+        client: Redis client.
+        namespace: key prefix.
+        worker_id: the in-flight hash to clear is this worker's.
+        call_id: the request id.
+        reply_to: the caller's reply list.
+        envelope: the encoded result envelope.
+        ttl_s: seconds the outcome is kept.
+        reply_ttl_s: seconds the reply list is kept.
+        events: encoded lifecycle events, appended only when the outcome is recorded.
+        events_maxlen: the events stream is capped at about this many entries.
+
+    Returns:
+        A :class:`Posted` value.
+
+    Raises:
+        redis.RedisError: Redis failed.
+    """
+    keys = [
+        outcome_key(namespace, call_id),
+        reply_to,
+        cancel_key(namespace, call_id),
+        inflight_key(namespace, worker_id),
+        events_key(namespace),
+    ]
+    argv: list[Any] = [envelope, ttl_s, reply_ttl_s, call_id, events_maxlen, *(events or [])]
+    return int(client.register_script(_FINISH)(keys, argv))
 
 
 class Ledger:
@@ -95,9 +229,12 @@ class Ledger:
         self.reply_ttl_s = reply_ttl_s
         self.worker_ttl_s = worker_ttl_s
         self.events_maxlen = events_maxlen
+        self._claim_script = client.register_script(_CLAIM)
+        self._finish_script = client.register_script(_FINISH)
 
     def _ttl(self, request: ToolCallRequest) -> int:
-        return int(max(0.0, request.deadline - time.time())) + self.reply_ttl_s
+        ahead = min(max(0.0, request.deadline - time.time()), MAX_TIMEOUT_S + DEADLINE_SLACK_S)
+        return int(ahead) + self.reply_ttl_s
 
     @staticmethod
     def _retrying(request: ToolCallRequest, what: str, operation: Callable[[], T]) -> T:
@@ -120,77 +257,95 @@ class Ledger:
                 time.sleep(delay)
                 attempt += 1
 
-    def claim(self, request: ToolCallRequest, queue: str) -> Claim:
-        """Try to take the call (one round trip; retried while Redis is unreachable)."""
-        return self._retrying(request, "claim", lambda: self._claim(request, queue))
+    def new_token(self) -> str:
+        """A claim token for one delivery: ``<worker id>#<random>``."""
+        return f"{self.worker_id}#{uuid.uuid4().hex[:12]}"
 
-    def _claim(self, request: ToolCallRequest, queue: str) -> Claim:
-        key = claim_key(self.namespace, request.id)
-        pipe = self.client.pipeline(transaction=False)
-        pipe.set(key, self.worker_id, nx=True, ex=self._ttl(request))
-        pipe.get(key)
-        pipe.get(outcome_key(self.namespace, request.id))
-        pipe.exists(cancel_key(self.namespace, request.id))
-        pipe.hgetall(switches_key(self.namespace))
-        acquired, owner, outcome, canceled, switches = pipe.execute()
-        if outcome is not None:
-            return Claim(acquired=False, outcome=outcome, switches=switches)
-        if acquired:
-            return Claim(acquired=True, canceled=bool(canceled), switches=switches)
-        owner_id = owner.decode() if isinstance(owner, bytes) else owner
-        if owner_id == self.worker_id:
-            return Claim(acquired=True, canceled=bool(canceled), switches=switches)
-        score = (
-            self.client.zscore(workers_key(self.namespace, queue), owner_id) if owner_id else None
-        )
+    def claim(self, request: ToolCallRequest, queue: str, token: str, record: InFlight) -> Claim:
+        """Try to take the call for the delivery ``token`` (retried while Redis is unreachable).
+
+        Args:
+            request: the call.
+            queue: its queue (whose heartbeats tell whether an owner is alive).
+            token: this delivery's claim token (:meth:`new_token`).
+            record: what the watchdog needs while the call runs.
+        """
+        return self._retrying(request, "claim", lambda: self._claim(request, queue, token, record))
+
+    def _claim(self, request: ToolCallRequest, queue: str, token: str, record: InFlight) -> Claim:
+        keys = [
+            claim_key(self.namespace, request.id),
+            outcome_key(self.namespace, request.id),
+            cancel_key(self.namespace, request.id),
+            inflight_key(self.namespace, self.worker_id),
+            switches_key(self.namespace),
+        ]
+        argv: list[str | int] = [token, self._ttl(request), request.id, record.model_dump_json()]
+        state, value, cancel, flat = self._claim_script(keys, argv)
+        switches = dict(zip(flat[::2], flat[1::2], strict=True))
+        if state == 0:
+            return Claim(acquired=False, outcome=value, cancel=cancel, switches=switches)
+        if state == 1:
+            return Claim(acquired=True, cancel=cancel, switches=switches)
+        owner = owner_of(value.decode() if isinstance(value, bytes) else str(value))
+        if owner == self.worker_id:  # not running in this process (it checks that first)
+            return Claim(acquired=False, cancel=cancel, owner=owner, switches=switches)
+        score = self.client.zscore(workers_key(self.namespace, queue), owner) if owner else None
         alive = score is not None and score >= time.time() - self.worker_ttl_s
         return Claim(
-            acquired=False,
-            canceled=bool(canceled),
-            owner=owner_id,
-            owner_alive=alive,
-            switches=switches,
+            acquired=False, cancel=cancel, owner=owner, owner_alive=alive, switches=switches
         )
 
-    def take_over(self, request: ToolCallRequest) -> None:
+    def take_over(self, request: ToolCallRequest, token: str, record: InFlight) -> None:
         """Claim a call whose owner died (before re-running an idempotent tool)."""
         key = claim_key(self.namespace, request.id)
-        self._retrying(
-            request,
-            "take-over",
-            lambda: self.client.set(key, self.worker_id, ex=self._ttl(request)),
-        )
+
+        def write() -> None:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.set(key, token, ex=self._ttl(request))
+            pipe.hset(inflight_key(self.namespace, self.worker_id), request.id,
+                      record.model_dump_json())  # fmt: skip
+            pipe.execute()
+
+        self._retrying(request, "take-over", write)
 
     def finish(
         self,
         request: ToolCallRequest,
         result: ToolCallResult,
         events: list[dict[str, Any]] | None = None,
-    ) -> None:
-        """Record the outcome, post the reply, append lifecycle events (one round trip).
+    ) -> int:
+        """Record the outcome and post the reply unless the call was answered already.
 
-        ``events`` go to the capped ``<ns>:events`` stream. Retried while Redis is
-        unreachable (a retry after a lost response may post the same reply twice; the
-        producer drops the second).
+        ``events`` go to the capped ``<ns>:events`` stream, only with a recorded outcome.
+        One atomic script; retried while Redis is unreachable (a retry after a lost
+        response finds the outcome and posts nothing more).
+
+        Returns:
+            A :class:`Posted` value.
+
+        Raises:
+            codec.EncodeError: the result does not encode.
         """
         data = ReplyEnvelope(type="result", result=result).encode()
         encoded = [codec.dumps(event) for event in events or []]
+        keys = [
+            outcome_key(self.namespace, request.id),
+            request.reply_to,
+            cancel_key(self.namespace, request.id),
+            inflight_key(self.namespace, self.worker_id),
+            events_key(self.namespace),
+        ]
+        argv: list[Any] = [data, self._ttl(request), self.reply_ttl_s, request.id,
+                           self.events_maxlen, *encoded]  # fmt: skip
+        return int(self._retrying(request, "answer", lambda: self._finish_script(keys, argv)))
 
-        def write() -> None:
-            pipe = self.client.pipeline(transaction=False)
-            for event in encoded:
-                pipe.xadd(
-                    events_key(self.namespace),
-                    {"event": event},
-                    maxlen=self.events_maxlen,
-                    approximate=True,
-                )
-            pipe.set(outcome_key(self.namespace, request.id), data, ex=self._ttl(request))
-            pipe.rpush(request.reply_to, data)
-            pipe.expire(request.reply_to, self.reply_ttl_s)
-            pipe.execute()
-
-        self._retrying(request, "answer", write)
+    def forget(self, request: ToolCallRequest) -> None:
+        """Drop the call's in-flight record (a delivery that ends without an answer)."""
+        try:
+            self.client.hdel(inflight_key(self.namespace, self.worker_id), request.id)
+        except redis.RedisError as exc:
+            log.warning("could not clear the in-flight record of %s: %s", request.id, exc)
 
     def post_event(self, request: ToolCallRequest, event: ToolEvent) -> None:
         """Post a status event to the call's reply list (before its result)."""
@@ -199,14 +354,3 @@ class Ledger:
         pipe.rpush(request.reply_to, data)
         pipe.expire(request.reply_to, self.reply_ttl_s)
         pipe.execute()
-
-    def repost(self, request: ToolCallRequest, outcome: bytes) -> None:
-        """Post a recorded outcome again (a redelivered message of a finished call)."""
-
-        def write() -> None:
-            pipe = self.client.pipeline(transaction=False)
-            pipe.rpush(request.reply_to, outcome)
-            pipe.expire(request.reply_to, self.reply_ttl_s)
-            pipe.execute()
-
-        self._retrying(request, "re-post", write)

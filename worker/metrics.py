@@ -19,6 +19,7 @@ __all__ = [
     "INVALID_ARGUMENTS",
     "MCP_SERVERS",
     "MCP_SERVER_RESTARTS",
+    "OVERSIZE",
     "POISON_MESSAGES",
     "QUEUE_WAIT",
     "STUCK_THREADS",
@@ -86,4 +87,9 @@ MCP_SERVER_RESTARTS = Counter(
     "toolfleet_mcp_server_restarts_total",
     "MCP sessions restarted after their server died or closed the connection.",
     ["extension"],
+)
+OVERSIZE = Counter(
+    "toolfleet_oversize_total",
+    "Arguments (answered rejected) and results (answered tool_error) over their size limit.",
+    ["kind"],
 )

@@ -18,6 +18,8 @@ log = logging.getLogger("toolfleet.worker.calls")
 
 #: Longest arguments/result text an event carries when an extension opts in, characters.
 MAX_EVENT_PAYLOAD = 4096
+#: Longest raw arguments text the log line of an ``invalid_arguments`` call carries.
+MAX_LOGGED_ARGUMENTS = 2000
 
 
 class Observer:
@@ -54,6 +56,16 @@ class Observer:
         text = self.toolkit.redactor.scrub(codec.dumps_str(value))
         return text[:MAX_EVENT_PAYLOAD]
 
+    def _raw_arguments(self, request: ToolCallRequest) -> str:
+        """The arguments as the model sent them, secrets scrubbed, at most 2,000 characters."""
+        raw = request.arguments
+        try:
+            text = raw if isinstance(raw, str) else codec.dumps_str(raw)
+        except codec.EncodeError:
+            text = repr(raw)
+        text = self.toolkit.redactor.scrub(text)
+        return text if len(text) <= MAX_LOGGED_ARGUMENTS else text[:MAX_LOGGED_ARGUMENTS] + "…"
+
     def requested(self, request: ToolCallRequest) -> dict[str, Any]:
         """A call was accepted: count it in flight and fire ``tool_requested``."""
         metrics.IN_FLIGHT.labels(request.function).inc()
@@ -80,6 +92,9 @@ class Observer:
             metrics.QUEUE_WAIT.labels(queue).observe(result.queued_s)
         if result.status is Status.INVALID_ARGUMENTS:
             metrics.INVALID_ARGUMENTS.labels(request.function).inc()
+            sent = self._raw_arguments(request)
+            log.info("invalid arguments for %s (call %s): %s; the model sent: %s",
+                     request.function, request.id, result.error, sent)  # fmt: skip
         event = {
             "kind": "tool_responded",
             "at": time.time(),

@@ -21,7 +21,7 @@ import logging
 
 import redis
 
-from toolfleet.shared.naming import brokers_key
+from toolfleet.shared.naming import brokers_key, inflight_key
 
 __all__ = ["recover_dead_worker"]
 
@@ -51,6 +51,7 @@ def recover_dead_worker(client: redis.Redis, namespace: str, worker_id: str) -> 
         How many messages went back to their queues.
     """
     broker_id = client.hget(brokers_key(namespace), worker_id)
+    client.delete(inflight_key(namespace, worker_id))  # nothing runs there any more
     for key in client.scan_iter(match=f"{namespace}:workers:*", count=1000):
         client.zrem(key, worker_id)
     if broker_id is None:

@@ -28,6 +28,7 @@ from toolfleet.worker.health import remove_heartbeat
 from toolfleet.worker.reachability import wait_until_reachable
 from toolfleet.worker.recovery import recover_dead_worker
 from toolfleet.worker.redis_factory import redis_client
+from toolfleet.worker.watchdog import start_watchdog
 
 __all__ = ["Supervisor", "WorkerOptions"]
 
@@ -188,6 +189,13 @@ class Supervisor:
             return 0  # stopped while Redis was down: nothing started, nothing to drain
         for slot in self.slots:
             self._start(slot)
+        watchdog = start_watchdog(
+            redis_client(self.options.redis_url, factory=self.options.redis_client),
+            self.options.namespace,
+            self.options.reply_ttl_s,
+            self.pids,
+            self.registry,
+        )
         nothing_to_serve = False
         while not self._stop.wait(0.2):
             for slot in self.slots:
@@ -206,6 +214,7 @@ class Supervisor:
                 mark_dead(pid, self.metrics_dir)
                 remove_heartbeat(Settings.from_env().health_dir, pid)
                 self._restart(slot)
+        watchdog.stop()
         self._drain()
         return EXIT_NOTHING_TO_SERVE if nothing_to_serve else 0
 

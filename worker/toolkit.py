@@ -29,13 +29,14 @@ from toolfleet.worker.isolation.base import CallHandle, ChildToolError, Outcome
 from toolfleet.worker.isolation.inproc import InProcessRunner
 from toolfleet.worker.redaction import Redactor
 from toolfleet.worker.served import ServedTool
+from toolfleet.worker.surrogates import replace_lone_surrogates
 from toolfleet.worker.switches import SwitchBoard
 
 if TYPE_CHECKING:
     from toolfleet.worker.isolation.process import ProcessRunner
     from toolfleet.worker.mcp.servers import McpServers
 
-__all__ = ["CRASH_MESSAGE", "Toolkit"]
+__all__ = ["CRASH_MESSAGE", "DEADLINE_GRACE_S", "Toolkit"]
 
 log = logging.getLogger("toolfleet.worker")
 
@@ -47,6 +48,9 @@ CRASH_MESSAGE = "the tool failed unexpectedly; the error was logged (ref {ref})"
 _TOOL_RAISABLE = frozenset(s.value for s in Status) - {Status.OK.value}
 
 _CLASH = "%s clashes with another extension's tool: served as %s"
+#: Seconds past the caller's deadline a call bound by it may run: the producer resolves it
+#: at the deadline and marks it resolved, so the worker's own ``timeout`` is not posted.
+DEADLINE_GRACE_S = 0.1
 
 #: Seconds between two progress events of one call (more are dropped).
 PROGRESS_INTERVAL_S = 0.2
@@ -475,7 +479,7 @@ class Toolkit:
         attempt = 1
         run_s = 0.0
         while True:
-            limit_s = min(served.timeout_s, request.deadline - time.time())
+            limit_s = min(served.timeout_s, request.deadline - time.time() + DEADLINE_GRACE_S)
             context = self._context_for(request, served)
             handle.on_cancel(context.canceled_event.set)
             outcome = self._run(served, arguments, context, limit_s, handle)
@@ -539,11 +543,14 @@ class Toolkit:
         if hasattr(value, "model_dump"):
             value = value.model_dump(mode="json")
         try:
-            value = self.redactor.scrub_json(value)
+            value = replace_lone_surrogates(self.redactor.scrub_json(value))
             size = len(codec.dumps(value))
         except (codec.EncodeError, codec.DecodeError) as exc:
             return self._crashed(request, exc, timings)
         if size > self.max_result_bytes:
+            from toolfleet.worker import metrics  # not at import: the CLI loads this module
+
+            metrics.OVERSIZE.labels("result").inc()
             message = (
                 f"the result is {size} bytes, over the limit of {self.max_result_bytes} bytes; "
                 "ask for less (narrow the query or paginate)"

@@ -1,0 +1,57 @@
+"""Bounds on a call's time budget that the producer and the worker both enforce.
+
+A budget must be a finite, positive number of seconds no larger than
+:data:`MAX_TIMEOUT_S`. The producer refuses a larger one as misuse (``ClientError``); the
+worker answers ``rejected`` to a raw message whose deadline lies further ahead (Redis
+refuses expiry times that large, and nobody waits a week for a tool call).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = ["DEADLINE_SLACK_S", "MAX_TIMEOUT_S", "deadline_problem", "timeout_problem"]
+
+#: The largest ``timeout_s`` a call may have, seconds (one day).
+MAX_TIMEOUT_S = 86_400.0
+#: Seconds a deadline may lie beyond ``now + MAX_TIMEOUT_S`` (clock skew between hosts).
+DEADLINE_SLACK_S = 300.0
+
+
+def timeout_problem(timeout_s: Any) -> str:
+    """Why ``timeout_s`` is not an acceptable budget ("" when it is).
+
+    Acceptable: an ``int`` or ``float`` (not ``bool``), finite, ``> 0`` and
+    ``<= MAX_TIMEOUT_S`` seconds.
+    """
+    if (
+        isinstance(timeout_s, bool)
+        or not isinstance(timeout_s, (int, float))
+        or not math.isfinite(timeout_s)
+        or not timeout_s > 0
+    ):
+        return "timeout_s must be a positive, finite number of seconds"
+    if timeout_s > MAX_TIMEOUT_S:
+        return f"timeout_s must be at most {MAX_TIMEOUT_S:g} seconds"
+    return ""
+
+
+def deadline_problem(deadline: float, timeout_s: float, now: float) -> str:
+    """Why a request's ``deadline`` and ``timeout_s`` cannot be served ("" when they can).
+
+    Args:
+        deadline: Unix epoch seconds.
+        timeout_s: the caller's budget, seconds.
+        now: the current Unix epoch time, seconds.
+
+    A deadline in the past is servable (the call is answered ``expired``); one more than
+    ``MAX_TIMEOUT_S + DEADLINE_SLACK_S`` seconds ahead, or not finite, is not.
+    """
+    if not math.isfinite(deadline):
+        return "the deadline is not a finite number"
+    if deadline - now > MAX_TIMEOUT_S + DEADLINE_SLACK_S:
+        return f"the deadline is more than {MAX_TIMEOUT_S:g} seconds ahead"
+    if not math.isfinite(timeout_s) or timeout_s < 0 or timeout_s > MAX_TIMEOUT_S:
+        return f"timeout_s must be between 0 and {MAX_TIMEOUT_S:g} seconds"
+    return ""

@@ -1,0 +1,112 @@
+"""Exactly once under duplicate delivery: one run and one reply per request id, whoever delivers."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from conftest import Fleet, start_fleet
+from toolfleet.producer.publish import encode_message
+from toolfleet.shared.wire import ReplyEnvelope, ToolCallRequest, new_call_id
+
+QUEUE = "tools.promise"
+FUNCTION = "ext_promise_side_effect"
+
+
+@pytest.fixture(scope="module")
+def once_fleet(
+    redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Fleet]:
+    """Two worker processes of four threads serving the promise tools."""
+    fleet = start_fleet(
+        redis_url,
+        f"{namespace}-once-{uuid.uuid4().hex[:6]}",
+        tmp_path_factory.mktemp("once") / "worker.log",
+        processes=2,
+        threads=4,
+        extra=["--extension", "promise_tools:extension"],
+    )
+    yield fleet
+    fleet.stop()
+
+
+def _enqueue(r: redis.Redis, namespace: str, request: ToolCallRequest) -> str:
+    """Publish one more Dramatiq message carrying ``request``; return its Redis id."""
+    redis_id, body = encode_message(QUEUE, request)
+    pipe = r.pipeline(transaction=False)
+    pipe.hset(f"{namespace}:{QUEUE}.msgs", redis_id, body)
+    pipe.rpush(f"{namespace}:{QUEUE}", redis_id)
+    pipe.execute()
+    return redis_id
+
+
+def _results(r: redis.Redis, reply_to: str) -> list[ReplyEnvelope]:
+    return [
+        envelope
+        for envelope in (ReplyEnvelope.decode(item) for item in r.lrange(reply_to, 0, -1))
+        if envelope.type == "result"
+    ]
+
+
+def test_twenty_deliveries_run_a_side_effect_tool_once_with_one_reply(
+    once_fleet: Fleet, tmp_path: Path
+) -> None:
+    """20 deliveries of one request id (10 concurrent, 4 re-fetches of the same message while
+    it runs, 6 more later) on 2 processes: the tool runs once and exactly one reply is posted."""
+    r = redis.Redis.from_url(once_fleet.redis_url)
+    ns = once_fleet.namespace
+    key = f"{ns}:runs:{uuid.uuid4().hex}"
+    reply_to = f"{ns}:reply:once-{uuid.uuid4().hex}"
+    request = ToolCallRequest(
+        id=new_call_id(),
+        function=FUNCTION,
+        arguments={"key": key, "seconds": 1.5},
+        reply_to=reply_to,
+        deadline=time.time() + 30,
+        timeout_s=30,
+    )
+    try:
+        # Given 10 deliveries at once, spread over both processes' threads
+        threads = [threading.Thread(target=_enqueue, args=(r, ns, request)) for _ in range(10)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        deadline = time.monotonic() + 10
+        while r.get(key) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert r.get(key) == b"1", "the tool never started"
+        # When the same message comes back while the call runs (a worker re-fetching its
+        # own requeued message), and 6 more deliveries arrive, during and after the run
+        first = _enqueue(r, ns, request)
+        for _ in range(4):
+            r.lpush(f"{ns}:{QUEUE}", first)
+        for _ in range(3):
+            _enqueue(r, ns, request)
+        deadline = time.monotonic() + 15
+        while not _results(r, reply_to) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for _ in range(2):
+            _enqueue(r, ns, request)
+        # Then every delivery is settled, the tool ran once, and one reply went out
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and (
+            r.llen(f"{ns}:{QUEUE}") or r.hlen(f"{ns}:{QUEUE}.msgs")
+        ):
+            time.sleep(0.05)
+        time.sleep(0.5)
+        assert r.llen(f"{ns}:{QUEUE}") == 0 and r.hlen(f"{ns}:{QUEUE}.msgs") == 0
+        assert r.get(key) == b"1"
+        results = _results(r, reply_to)
+        assert len(results) == 1, [e.result.status if e.result else e for e in results]
+        assert results[0].result is not None and results[0].result.content == 1
+        assert "duplicate delivery dropped" in once_fleet.log()
+    finally:
+        r.delete(key, reply_to)
+        r.close()

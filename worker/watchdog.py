@@ -1,0 +1,205 @@
+"""Answer ``timeout`` for calls whose worker process cannot, and replace that process.
+
+A thread tool that holds the GIL (a long C call, a huge ``re`` or integer operation)
+stops every thread of its process: the in-process time limit cannot fire, the reply
+cannot be posted, other calls there cannot run. Nothing inside the process can help, so
+the supervisor runs this watchdog beside it. Each worker process records its running
+calls in ``<ns>:inflight:<worker id>`` with the time by which it answers them itself
+(the limit plus its isolation's margin; see :class:`~toolfleet.worker.ledger.InFlight`)
+and removes a record in the same atomic step that posts the call's reply.
+
+Every ``interval_s`` the watchdog reads the records of the supervisor's live processes.
+A record ``margin_s`` past its ``answer_by`` gets the ``timeout`` reply from here
+(through :func:`~toolfleet.worker.ledger.post_outcome`: if the process answered first,
+nothing is posted; if it answers later, its late result is discarded), an error log line
+naming the tool, the call and the process, and a count in
+``toolfleet_tool_overruns_total{function}``. A record still there ``grace_s`` later means
+the process is not answering anything: it is killed, so that the supervisor restarts it
+and hands its other calls back to the queue (``recover_dead_worker``), where another
+process serves them within their own deadlines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import redis
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, Metric
+from pydantic import ValidationError
+
+from toolfleet.shared.naming import inflight_key
+from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallResult
+from toolfleet.worker.ledger import InFlight, Posted, post_outcome
+
+__all__ = ["Watchdog", "start_watchdog"]
+
+log = logging.getLogger("toolfleet.worker.watchdog")
+
+
+class Watchdog:
+    """Posts ``timeout`` for calls a hogged process cannot answer; replaces the process.
+
+    Args:
+        client: Redis client.
+        namespace: key prefix.
+        reply_ttl_s: seconds replies and outcomes are kept.
+        processes: returns ``{worker id: pid}`` of the live worker processes.
+        replace: kills the process of a pid (the supervisor restarts it).
+        interval_s: seconds between two checks.
+        margin_s: seconds past ``answer_by`` before the watchdog answers.
+        grace_s: seconds after that before a process still not answering is replaced.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        namespace: str,
+        reply_ttl_s: int,
+        processes: Callable[[], dict[str, int]],
+        replace: Callable[[int], None],
+        *,
+        interval_s: float = 0.1,
+        margin_s: float = 0.25,
+        grace_s: float = 1.0,
+    ) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.reply_ttl_s = reply_ttl_s
+        self.processes = processes
+        self.replace = replace
+        self.interval_s = interval_s
+        self.margin_s = margin_s
+        self.grace_s = grace_s
+        self.overruns: dict[str, int] = {}
+        self._answered: dict[tuple[str, str], float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="toolfleet-watchdog", daemon=True)
+
+    def start(self) -> None:
+        """Start checking in a daemon thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop checking (within ``interval_s``)."""
+        self._stop.set()
+
+    def _run(self) -> None:
+        failing = False
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.check(time.time())
+                failing = False
+            except redis.RedisError as exc:
+                if not failing:
+                    log.warning("watchdog cannot read Redis: %s; retrying", exc)
+                failing = True
+
+    def check(self, now: float) -> None:
+        """One pass over every live process's running calls (``now``: epoch seconds).
+
+        Raises:
+            redis.RedisError: Redis failed.
+        """
+        processes = self.processes()
+        pipe = self.client.pipeline(transaction=False)
+        for worker_id in processes:
+            pipe.hgetall(inflight_key(self.namespace, worker_id))
+        seen: set[tuple[str, str]] = set()
+        for (worker_id, pid), records in zip(processes.items(), pipe.execute(), strict=True):
+            for raw in records.values():
+                try:
+                    record = InFlight.model_validate_json(raw)
+                except ValidationError:
+                    continue
+                key = (worker_id, record.id)
+                if now < record.answer_by + self.margin_s:
+                    continue
+                seen.add(key)
+                answered_at = self._answered.get(key)
+                if answered_at is None:
+                    self._answer(worker_id, pid, record)
+                    self._answered[key] = now
+                elif now - answered_at >= self.grace_s:
+                    log.error(
+                        "worker process pid %d answers nothing since tool %s overran its "
+                        "limit (call %s); replacing the process", pid, record.function, record.id,
+                    )  # fmt: skip
+                    self.client.delete(inflight_key(self.namespace, worker_id))
+                    self.replace(pid)
+        self._answered = {key: at for key, at in self._answered.items() if key in seen}
+
+    def _answer(self, worker_id: str, pid: int, record: InFlight) -> None:
+        result = ToolCallResult(
+            id=record.id,
+            tool_call_id=record.tool_call_id,
+            function=record.function,
+            status=Status.TIMEOUT,
+            content={"error": f"the tool did not finish within {record.limit_s:.3g} s"},
+            run_s=record.limit_s,
+            worker=worker_id,
+        )
+        envelope = ReplyEnvelope(type="result", result=result).encode()
+        posted = post_outcome(
+            self.client,
+            self.namespace,
+            f"{worker_id}:watchdog",  # the record stays: it shows whether the process answers
+            record.id,
+            record.reply_to,
+            envelope,
+            self.reply_ttl_s,
+            self.reply_ttl_s,
+        )
+        if posted == Posted.ALREADY_ANSWERED:
+            return
+        self.overruns[record.function] = self.overruns.get(record.function, 0) + 1
+        log.error(
+            "tool %s held worker process pid %d past its %.3g s limit (call %s); answered "
+            "timeout from the supervisor", record.function, pid, record.limit_s, record.id,
+        )  # fmt: skip
+
+    def collect(self) -> Iterator[Metric]:
+        """``toolfleet_tool_overruns_total{function}`` (a Prometheus collector)."""
+        family = CounterMetricFamily(
+            "toolfleet_tool_overruns",
+            "Calls the watchdog answered timeout because their process could not, by function.",
+            labels=["function"],
+        )
+        for function, count in sorted(dict(self.overruns).items()):
+            family.add_metric([function], count)
+        yield family
+
+
+def start_watchdog(
+    client: redis.Redis,
+    namespace: str,
+    reply_ttl_s: int,
+    pids: Callable[[], list[int]],
+    registry: CollectorRegistry | None,
+) -> Watchdog:
+    """Start the watchdog of a supervisor's processes (``pids``: the live ones).
+
+    A process to replace gets SIGKILL (the supervisor sees it exit and restarts it). The
+    overrun counter joins ``registry`` when there is one.
+    """
+    host = socket.gethostname()
+
+    def processes() -> dict[str, int]:
+        return {f"{host}:{pid}": pid for pid in pids()}
+
+    def replace(pid: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+    watchdog = Watchdog(client, namespace, reply_ttl_s, processes, replace)
+    if registry is not None:
+        registry.register(watchdog)
+    watchdog.start()
+    return watchdog
