@@ -13,7 +13,7 @@ import redis
 from conftest import Fleet, start_fleet
 from toolfleet.producer import ToolClient
 from toolfleet.shared import Status
-from toolfleet.shared.naming import inflight_key
+from toolfleet.shared.naming import brokers_key, inflight_key
 from toolfleet.shared.wire import ReplyEnvelope, ToolCallRequest, ToolCallResult, new_call_id
 from toolfleet.worker.ledger import InFlight
 from toolfleet.worker.watchdog import Watchdog
@@ -96,8 +96,8 @@ def _same_processes(fleet: Fleet, pids: list[int]) -> bool:
 def test_watchdog_answers_overdue_calls_once_and_counts_them(
     redis_url: str, namespace: str
 ) -> None:
-    """A record past its answer time is answered timeout once (not when the worker answered
-    first), counted by function, and its process replaced after the grace period."""
+    """A record past its answer time is answered timeout once, counted by function, and its
+    process replaced after the grace period unless it heartbeated since."""
     r = redis.Redis.from_url(redis_url)
     ns = f"{namespace}-wd-{uuid.uuid4().hex[:6]}"
     worker_id = f"{socket.gethostname()}:4242"
@@ -116,7 +116,13 @@ def test_watchdog_answers_overdue_calls_once_and_counts_them(
         assert len(replies) == 1 and isinstance(replies[0], ToolCallResult)
         assert replies[0].status is Status.TIMEOUT and replies[0].id == "call-1"
         assert not replaced
+        # a process that heartbeats after the watchdog answered is slow, not hogged
+        r.hset(brokers_key(ns), worker_id, "broker-1")
+        r.zadd(f"{ns}:__heartbeats__", {"broker-1": 100_500})
         watchdog.check(now=100.9)
+        assert not replaced
+        r.zadd(f"{ns}:__heartbeats__", {"broker-1": 100_000})
+        watchdog.check(now=101.0)
         assert replaced == [4242]
         samples = {s.labels["function"]: s.value for m in watchdog.collect() for s in m.samples}
         assert samples == {"ext_x_slow": 1.0}

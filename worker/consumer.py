@@ -110,7 +110,11 @@ class WaitingConsumer(_RedisConsumer):
                         continue
                     try:
                         message = Message.decode(data)
-                        problem = unusable(message, self.queue_name) or _mismatch(message, redis_id)
+                        problem = (
+                            unusable(message, self.queue_name)
+                            or _mismatch(message, redis_id)
+                            or _unknown_actor(message, self.broker)
+                        )
                         if problem:
                             raise ValueError(f"unusable message: {problem}")
                     except Exception as exc:  # noqa: BLE001 - a poison message, not a crash
@@ -221,6 +225,17 @@ def _mismatch(message: Message[Any], redis_id: str | None) -> str:
     if redis_id is None or stored == redis_id:
         return ""
     return f"redis_message_id {str(stored)[:80]!r} is not the key {redis_id!r} it is stored under"
+
+
+def _unknown_actor(message: Message[Any], broker: RedisBroker) -> str:
+    """Why ``broker`` has no actor for ``message`` ("" when it has one).
+
+    Dramatiq's consumer thread dead-letters such a message before any middleware sees it,
+    so it would go unanswered; as a poison message it is answered ``rejected``.
+    """
+    if message.actor_name in broker.actors:
+        return ""
+    return f"no actor {str(message.actor_name)[:80]!r} on this worker"
 
 
 class FleetRedisBroker(RedisBroker):

@@ -195,6 +195,7 @@ class Supervisor:
             self.options.reply_ttl_s,
             self.pids,
             self.registry,
+            self.options.heartbeat_interval_s,
         )
         nothing_to_serve = False
         while not self._stop.wait(0.2):

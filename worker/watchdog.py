@@ -14,7 +14,9 @@ A record ``margin_s`` past its ``answer_by`` gets the ``timeout`` reply from her
 nothing is posted; if it answers later, its late result is discarded), an error log line
 naming the tool, the call and the process, and a count in
 ``toolfleet_tool_overruns_total{function}``. A record still there ``grace_s`` later means
-the process is not answering anything: it is killed, so that the supervisor restarts it
+the process is not answering anything (and it has not refreshed its broker heartbeat
+since, which any of its threads would do if one could run): it is killed, so that the
+supervisor restarts it
 and hands its other calls back to the queue (``recover_dead_worker``), where another
 process serves them within their own deadlines.
 """
@@ -35,7 +37,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, Metric
 from pydantic import ValidationError
 
-from toolfleet.shared.naming import inflight_key
+from toolfleet.shared.naming import brokers_key, inflight_key
 from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallResult
 from toolfleet.worker.ledger import InFlight, Posted, post_outcome
 
@@ -55,7 +57,8 @@ class Watchdog:
         replace: kills the process of a pid (the supervisor restarts it).
         interval_s: seconds between two checks.
         margin_s: seconds past ``answer_by`` before the watchdog answers.
-        grace_s: seconds after that before a process still not answering is replaced.
+        grace_s: seconds after that before a process still not answering is replaced
+            (at least its heartbeat interval, so a live one has refreshed its heartbeat).
     """
 
     def __init__(
@@ -127,7 +130,9 @@ class Watchdog:
                 if answered_at is None:
                     self._answer(worker_id, pid, record)
                     self._answered[key] = now
-                elif now - answered_at >= self.grace_s:
+                elif now - answered_at >= self.grace_s and not self._beat_since(
+                    worker_id, answered_at
+                ):
                     log.error(
                         "worker process pid %d answers nothing since tool %s overran its "
                         "limit (call %s); replacing the process", pid, record.function, record.id,
@@ -135,6 +140,18 @@ class Watchdog:
                     self.client.delete(inflight_key(self.namespace, worker_id))
                     self.replace(pid)
         self._answered = {key: at for key, at in self._answered.items() if key in seen}
+
+    def _beat_since(self, worker_id: str, since: float) -> bool:
+        """True when the process refreshed its broker heartbeat after ``since`` (epoch s).
+
+        A hogged process cannot: every thread that would (its consumer, its catalog
+        heartbeat) waits for the GIL. One that is merely slow to answer can.
+        """
+        broker_id = self.client.hget(brokers_key(self.namespace), worker_id)
+        if broker_id is None:
+            return False
+        beat_ms = self.client.zscore(f"{self.namespace}:__heartbeats__", broker_id)
+        return beat_ms is not None and beat_ms / 1000 > since
 
     def _answer(self, worker_id: str, pid: int, record: InFlight) -> None:
         result = ToolCallResult(
@@ -183,11 +200,13 @@ def start_watchdog(
     reply_ttl_s: int,
     pids: Callable[[], list[int]],
     registry: CollectorRegistry | None,
+    heartbeat_interval_s: float = 2.0,
 ) -> Watchdog:
     """Start the watchdog of a supervisor's processes (``pids``: the live ones).
 
-    A process to replace gets SIGKILL (the supervisor sees it exit and restarts it). The
-    overrun counter joins ``registry`` when there is one.
+    A process to replace gets SIGKILL (the supervisor sees it exit and restarts it), at
+    the earliest ``max(1, 1.5 x heartbeat_interval_s)`` seconds after the watchdog
+    answered for it. The overrun counter joins ``registry`` when there is one.
     """
     host = socket.gethostname()
 
@@ -198,7 +217,8 @@ def start_watchdog(
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
 
-    watchdog = Watchdog(client, namespace, reply_ttl_s, processes, replace)
+    grace_s = max(1.0, 1.5 * heartbeat_interval_s)
+    watchdog = Watchdog(client, namespace, reply_ttl_s, processes, replace, grace_s=grace_s)
     if registry is not None:
         registry.register(watchdog)
     watchdog.start()

@@ -34,7 +34,7 @@ def init_child(
     namespace: str,
     log_level: str,
 ) -> None:
-    """Pool initializer: arm the parent-death signal, configure logging, load the extensions.
+    """Pool initializer: arm the parent-death signal, drop the metric files, load extensions.
 
     The parent is the pool's fork server, which exits as soon as its worker process is
     gone (it reads end-of-file on the worker's pipe; it runs no tool, so nothing can hold
@@ -43,6 +43,8 @@ def init_child(
     die_with_parent()
     from toolfleet.worker.loader import load_all
     from toolfleet.worker.toolkit import Toolkit
+
+    _forget_metric_files()
 
     worker_id = f"{socket.gethostname()}:{os.getpid()}"
     logging.basicConfig(
@@ -62,6 +64,22 @@ def init_child(
     for handler in logging.getLogger().handlers:
         handler.addFilter(toolkit.redactor.log_filter())
     _state["toolkit"] = toolkit
+
+
+def _forget_metric_files() -> None:
+    """Remove the multiprocess metric files prometheus-client made for this child.
+
+    multiprocessing re-imports the parent's main module (``toolfleet.worker.process``) in
+    each child, which creates the unlabelled gauges (``toolfleet_worker_up``,
+    ``toolfleet_stuck_threads``) and their files for the child's pid: a live child would
+    export ``worker_up 0`` and each killed one would leave its series behind for good. A
+    child records no metrics of its own (its parent counts its calls), so its files go.
+    """
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not directory:
+        return
+    for path in Path(directory).glob(f"*_{os.getpid()}.db"):
+        path.unlink(missing_ok=True)
 
 
 def ping() -> int:
