@@ -217,6 +217,7 @@ def test_waiting_consumer_delivers_and_dead_letters_poison(
 ) -> None:
     """The consumer hands out a good message, dead-letters poison, and waits on an empty queue."""
     r = broker.client
+    dramatiq.actor(actor_name=actor_name_for(QUEUE), queue_name=QUEUE, broker=broker)(print)
     consumer = broker.consume(QUEUE, prefetch=4, timeout=1000)
     poison_id = str(uuid.uuid4())
     r.hset(f"{ns}:{QUEUE}.msgs", poison_id, b"\x00not a message")
