@@ -12,7 +12,10 @@ import pytest
 import redis
 
 from conftest import Fleet, start_fleet
+from toolfleet.producer import ToolClient
 from toolfleet.producer.publish import encode_message
+from toolfleet.shared import Status
+from toolfleet.shared.naming import outcome_key
 from toolfleet.shared.wire import ReplyEnvelope, ToolCallRequest, new_call_id
 
 QUEUE = "tools.promise"
@@ -110,3 +113,36 @@ def test_twenty_deliveries_run_a_side_effect_tool_once_with_one_reply(
     finally:
         r.delete(key, reply_to)
         r.close()
+
+
+def test_calls_the_producer_resolved_get_no_worker_reply_and_late_pickups_are_expired(
+    once_fleet: Fleet,
+) -> None:
+    """Calls resolved timeout by the producer get no worker reply (none late); one picked
+    up after its deadline is recorded expired, not canceled, and not run."""
+    r = redis.Redis.from_url(once_fleet.redis_url)
+    ns = once_fleet.namespace
+    key = f"{ns}:runs:{uuid.uuid4().hex}"
+    with ToolClient(once_fleet.redis_url, namespace=ns) as client:
+        # Given every worker thread (2 x 4) busy for 3 s, with as many calls queued behind
+        busy = [
+            client.submit(FUNCTION, {"key": f"{key}-busy", "seconds": 3}, timeout_s=20)
+            for _ in range(16)
+        ]
+        time.sleep(0.5)
+        # When one call times out at the producer while still queued, and 8 while running
+        queued = client.submit(FUNCTION, {"key": key}, timeout_s=1)
+        assert queued.result().status is Status.TIMEOUT
+        assert all(f.result().status is Status.OK for f in busy)
+        stuck = [client.submit("ext_promise_wait", {}, timeout_s=1) for _ in range(8)]
+        assert {f.result().status for f in stuck} == {Status.TIMEOUT}
+        time.sleep(2.0)
+        # Then no worker reply arrived after the producer resolved them
+        assert client.late_replies == 0
+    outcome = r.get(outcome_key(ns, queued.call_id))
+    assert outcome is not None
+    recorded = ReplyEnvelope.decode(outcome).result
+    assert recorded is not None and recorded.status is Status.EXPIRED
+    assert r.get(key) is None  # never ran
+    r.delete(key, f"{key}-busy")
+    r.close()
