@@ -17,6 +17,7 @@ from toolfleet.shared.limits import deadline_problem
 from toolfleet.shared.naming import actor_name_for
 from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallRequest, ToolCallResult
 from toolfleet.worker import metrics
+from toolfleet.worker.isolation.base import KILL_MARGIN_S
 from toolfleet.worker.isolation.inproc import LOOP_MARGIN_S
 from toolfleet.worker.ledger import InFlight, Ledger, Posted
 from toolfleet.worker.logs import call_scope
@@ -34,9 +35,8 @@ NOT_RETRIED = (
 
 #: What the model reads when a call was picked up after its deadline.
 EXPIRED_MESSAGE = "the call's deadline passed before it could run"
-#: Seconds past its limit a call may take to be answered by its own process, by isolation
-#: (a ``process`` child is killed and reported by pebble; see isolation.process).
-ISOLATION_MARGIN_S = {"thread": 0.0, "async": LOOP_MARGIN_S, "process": 1.0}
+#: Seconds past its limit a call may take to be answered by its own process, by isolation.
+ISOLATION_MARGIN_S = {"thread": 0.0, "async": LOOP_MARGIN_S, "process": KILL_MARGIN_S}
 #: The watchdog never answers a call within this many seconds of its claim.
 MIN_ANSWER_S = 0.5
 

@@ -8,7 +8,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CallHandle", "ChildToolError", "Outcome", "wait_first"]
+__all__ = ["KILL_MARGIN_S", "CallHandle", "ChildToolError", "Outcome", "wait_first"]
+
+#: Seconds past the limit a ``process``-isolation call waits for pebble to report the kill
+#: of its child (so its ``timeout`` reply may come that much after the limit).
+KILL_MARGIN_S = 1.0
 
 
 @dataclass(frozen=True)

@@ -18,15 +18,18 @@ from typing import Any
 
 import pebble
 
-from toolfleet.worker.isolation.base import CallHandle, ChildToolError, Outcome, wait_first
+from toolfleet.worker.isolation.base import (
+    KILL_MARGIN_S,
+    CallHandle,
+    ChildToolError,
+    Outcome,
+    wait_first,
+)
 from toolfleet.worker.isolation.child import call_in_child, init_child, ping
 
 __all__ = ["ProcessRunner"]
 
 log = logging.getLogger("toolfleet.worker.isolation")
-
-#: Seconds the parent waits beyond the limit for pebble to report the kill.
-KILL_MARGIN_S = 1.0
 
 
 class ProcessRunner:
