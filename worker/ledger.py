@@ -230,7 +230,6 @@ class Ledger:
         self.worker_ttl_s = worker_ttl_s
         self.events_maxlen = events_maxlen
         self._claim_script = client.register_script(_CLAIM)
-        self._finish_script = client.register_script(_FINISH)
 
     def _ttl(self, request: ToolCallRequest) -> int:
         ahead = min(max(0.0, request.deadline - time.time()), MAX_TIMEOUT_S + DEADLINE_SLACK_S)
@@ -329,16 +328,15 @@ class Ledger:
         """
         data = ReplyEnvelope(type="result", result=result).encode()
         encoded = [codec.dumps(event) for event in events or []]
-        keys = [
-            outcome_key(self.namespace, request.id),
-            request.reply_to,
-            cancel_key(self.namespace, request.id),
-            inflight_key(self.namespace, self.worker_id),
-            events_key(self.namespace),
-        ]
-        argv: list[Any] = [data, self._ttl(request), self.reply_ttl_s, request.id,
-                           self.events_maxlen, *encoded]  # fmt: skip
-        return int(self._retrying(request, "answer", lambda: self._finish_script(keys, argv)))
+        ttl_s = self._ttl(request)
+
+        def write() -> int:
+            return post_outcome(
+                self.client, self.namespace, self.worker_id, request.id, request.reply_to,
+                data, ttl_s, self.reply_ttl_s, encoded, self.events_maxlen,
+            )  # fmt: skip
+
+        return self._retrying(request, "answer", write)
 
     def forget(self, request: ToolCallRequest) -> None:
         """Drop the call's in-flight record (a delivery that ends without an answer)."""

@@ -50,7 +50,7 @@ _TOOL_RAISABLE = frozenset(s.value for s in Status) - {Status.OK.value}
 _CLASH = "%s clashes with another extension's tool: served as %s"
 #: Seconds past the caller's deadline a call bound by it may run: the producer resolves it
 #: at the deadline and marks it resolved, so the worker's own ``timeout`` is not posted.
-DEADLINE_GRACE_S = 0.1
+DEADLINE_GRACE_S = 0.5
 
 #: Seconds between two progress events of one call (more are dropped).
 PROGRESS_INTERVAL_S = 0.2
