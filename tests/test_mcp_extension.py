@@ -31,7 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from conftest import TESTS, Fleet, start_fleet, toolfleet_command
 from toolfleet.producer import AsyncToolClient, ToolClient
 from toolfleet.shared import Status
-from toolfleet.shared.naming import extension_errors_key, mcp_servers_key
+from toolfleet.shared.naming import mcp_servers_key
 
 pytest.importorskip("mcp", reason="the MCP SDK (toolfleet[mcp]) is not installed")
 
@@ -399,12 +399,7 @@ def test_broken_servers_are_skipped_and_reported_while_the_others_serve(
 ) -> None:
     """A missing command, a server that exits at start and one that never answers initialize
     are reported as extension problems; the fleet serves the others."""
-    client = redis.Redis.from_url(mcp_fleet.redis_url)
-    try:
-        raw = client.hgetall(extension_errors_key(mcp_fleet.namespace))
-    finally:
-        client.close()
-    errors = {Path(k.decode()).name: v.decode() for k, v in raw.items()}
+    errors = {Path(k).name: v for k, v in mcp_client.extension_errors().items()}
     assert "command not found" in errors["missing"]
     assert "not started" in errors["crashing"]
     assert "start timeout" in errors["silent"]
