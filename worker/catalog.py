@@ -89,8 +89,7 @@ class CatalogPublisher:
         }
         if entries:
             pipe.hset(catalog_key(self.namespace), mapping=entries)  # type: ignore[arg-type]
-        withdrawn, self.toolkit.withdrawn = self.toolkit.withdrawn, set()
-        gone = sorted(withdrawn - set(entries))
+        gone = sorted(self.toolkit.take_withdrawn() - set(entries))
         if gone:  # an MCP server dropped them; workers still serving them re-add them
             pipe.hdel(catalog_key(self.namespace), *gone)
         if self.toolkit.mcp is not None:

@@ -124,6 +124,7 @@ class Toolkit:
         self.start_mcp = start_mcp
         self.mcp: McpServers | None = None
         self.withdrawn: set[str] = set()
+        self._withdrawn_lock = threading.Lock()
         self._settings: dict[str, BaseModel | None] = {}
 
     # -- loading ---------------------------------------------------------------
@@ -247,8 +248,15 @@ class Toolkit:
         gone = set(self.served) - set(others) - set(fresh)
         self.extensions[slug] = extension
         self.served = {**others, **fresh}  # one swap: callers see the old or the new map
-        self.withdrawn |= gone
+        with self._withdrawn_lock:
+            self.withdrawn |= gone
         log.info("extension %s: MCP tools now %s", slug, sorted(fresh))
+
+    def take_withdrawn(self) -> set[str]:
+        """The functions withdrawn since the last call (to remove from the catalog)."""
+        with self._withdrawn_lock:
+            taken, self.withdrawn = self.withdrawn, set()
+        return taken
 
     def close(self) -> None:
         """Close the MCP sessions and stop the event loop (at drain)."""
