@@ -131,11 +131,11 @@ class McpServers:
         )
 
     def stop(self, slug: str) -> None:
-        """Close one extension's session (when it could not be added after all)."""
+        """Close one extension's session (when it could not be added after all); never raises."""
         self._started.discard(slug)
         connection = self.connections.pop(slug, None)
         if connection is not None:
-            self._submit(connection.close()).result(15)
+            concurrent.futures.wait([self._submit(connection.close())], timeout=15)
             metrics.MCP_SERVERS.labels(slug).set(0)
 
     def status(self) -> dict[str, dict[str, Any]]:
