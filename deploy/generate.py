@@ -281,9 +281,11 @@ def _worker_args(p: Plan) -> list[str]:
     return args
 
 
-def _probe(flag: str, period_s: int, timeout_s: int, failures: int) -> dict[str, Any]:
+def _probe(path: str, period_s: int, timeout_s: int, failures: int) -> dict[str, Any]:
+    # HTTP on the supervisor's metrics port: no interpreter started per probe. The exec form
+    # (`toolfleet health --live|--ready`) means the same and works with the port off.
     return {
-        "exec": {"command": ["toolfleet", "health", flag]},
+        "httpGet": {"path": path, "port": "metrics"},
         "periodSeconds": period_s,
         "timeoutSeconds": timeout_s,
         "failureThreshold": failures,
@@ -329,9 +331,9 @@ def _container(p: Plan, metrics_port: int, secrets_dir: str) -> dict[str, Any]:
             "requests": {"cpu": g.cpu_request, "memory": g.memory_request},
             "limits": {"cpu": g.cpu_limit, "memory": g.memory_limit},
         },
-        "startupProbe": _probe("--live", 2, 10, 30),
-        "livenessProbe": _probe("--live", 20, 10, 3),
-        "readinessProbe": _probe("--ready", 10, 10, 3),
+        "startupProbe": _probe("/livez", 2, 5, 30),
+        "livenessProbe": _probe("/livez", 10, 5, 3),
+        "readinessProbe": _probe("/readyz", 5, 5, 3),
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,

@@ -19,7 +19,6 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -433,31 +432,31 @@ def test_worker_command_lines_parse_with_the_real_cli(overlay: str) -> None:
         _parse_cli(_container(deployment)["args"])
 
 
-def _probe_commands(docs: list[dict[str, Any]]) -> Iterator[list[str]]:
-    for deployment in _workers(docs):
-        container = _container(deployment)
-        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-            if probe in container:
-                yield container[probe]["exec"]["command"]
-
-
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_probes_call_commands_that_exist(overlay: str) -> None:
-    """Liveness/readiness exec probes run `toolfleet health --live|--ready`, which the CLI has."""
-    docs = _rendered(overlay)
-    commands = list(_probe_commands(docs))
-    flags = set()
-    for deployment in _workers(docs):
+def test_worker_probes_are_http_routes_the_supervisor_serves(overlay: str) -> None:
+    """Startup and liveness probes GET /livez, readiness GET /readyz, on the container's
+    metrics port (where the supervisor serves them beside /metrics)."""
+    from toolfleet.worker.exposition import LIVE_PATH, READY_PATH
+
+    for deployment in _workers(_rendered(overlay)):
         container = _container(deployment)
-        assert "livenessProbe" in container and "readinessProbe" in container
-    for command in commands:
-        assert command[:2] == ["toolfleet", "health"], command
-        flags.add(command[2])
-    assert flags == {"--live", "--ready"}
-    if "health" not in cli.commands:
-        pytest.xfail(ISSUE_6)
-    for command in commands:
-        _parse_cli(command)
+        ports = {p["name"] for p in container["ports"]}
+        paths = {}
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            get = container[probe]["httpGet"]
+            assert get["port"] in ports, (probe, get)
+            paths[probe] = get["path"]
+        assert paths == {
+            "startupProbe": LIVE_PATH,
+            "livenessProbe": LIVE_PATH,
+            "readinessProbe": READY_PATH,
+        }
+
+
+def test_exec_probe_commands_exist() -> None:
+    """The documented exec form of the probes, `toolfleet health --live|--ready`, parses."""
+    for flag in ("--live", "--ready"):
+        _parse_cli(["toolfleet", "health", flag])
 
 
 def _toolfleet_variables(docs: list[dict[str, Any]]) -> set[str]:

@@ -1,16 +1,19 @@
-"""Operations: each supervisor's private metrics state."""
+"""Operations: each supervisor's private metrics state, its HTTP probes."""
 
 from __future__ import annotations
 
 import socket
+import time
+import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import start_fleet
+from conftest import Fleet, start_fleet
 from toolfleet.producer import ToolClient
 
 F = "ext_fleet_test_"
@@ -66,3 +69,89 @@ def test_two_fleets_on_one_host_keep_private_metrics_folders(
         for fleet in fleets:
             fleet.stop()
     assert list(tmp.iterdir()) == []
+
+
+def _probe(port: int, path: str) -> tuple[int, str]:
+    """Status code and body of ``GET path`` on a supervisor's HTTP server."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as reply:
+            return int(reply.status), reply.read().decode()
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), exc.read().decode()
+
+
+@pytest.fixture(scope="module")
+def probe_fleet(
+    redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Fleet]:
+    """One worker process with /metrics, /livez and /readyz on a free port; stale after 3 s."""
+    tmp = tmp_path_factory.mktemp("probes")
+    port = _free_port()
+    fleet = start_fleet(
+        redis_url,
+        f"{namespace}-probe-{uuid.uuid4().hex[:6]}",
+        tmp / "worker.log",
+        processes=1,
+        env={"TOOLFLEET_METRICS_PORT": str(port), "TOOLFLEET_HEALTH_STALE_S": "3"},
+    )
+    fleet.metrics_port = port  # type: ignore[attr-defined]
+    yield fleet
+    fleet.stop()
+
+
+def test_livez_and_readyz_pass_on_a_healthy_fleet_and_metrics_still_serve(
+    probe_fleet: Fleet,
+) -> None:
+    """/livez and /readyz answer 200 with health's reason; /metrics is unchanged beside them."""
+    port = probe_fleet.metrics_port  # type: ignore[attr-defined]
+    assert _probe(port, "/livez") == (200, "1 worker processes healthy\n")
+    assert _probe(port, "/readyz") == (200, "1 worker processes healthy, Redis reachable\n")
+    status, body = _probe(port, "/metrics")
+    assert status == 200 and "toolfleet_queue_depth" in body
+
+
+def test_livez_fails_while_a_tool_blocks_its_thread_and_recovers(probe_fleet: Fleet) -> None:
+    """An async tool blocking its event-loop thread makes /livez (and /readyz) answer 503
+    within the stale window; /livez is 200 again once it returns."""
+    port = probe_fleet.metrics_port  # type: ignore[attr-defined]
+    with ToolClient(probe_fleet.redis_url, namespace=probe_fleet.namespace) as client:
+        future = client.submit(F + "block_loop", {"seconds": 8}, timeout_s=30)
+        deadline = time.monotonic() + 8
+        failed: tuple[int, str] = (0, "")
+        while time.monotonic() < deadline and failed[0] != 503:
+            failed = _probe(port, "/livez")
+            time.sleep(0.3)
+        assert failed[0] == 503 and "have not been healthy" in failed[1], failed
+        assert _probe(port, "/readyz")[0] == 503
+        future.result()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and _probe(port, "/livez")[0] != 200:
+        time.sleep(0.3)
+    assert _probe(port, "/livez")[0] == 200
+
+
+def test_readyz_fails_when_redis_is_unreachable(namespace: str, tmp_path: Path) -> None:
+    """/readyz answers 503 naming Redis once the fleet's Redis stops; /livez stays 200
+    (liveness needs no Redis)."""
+    from private_redis import start_tcp_server
+
+    server = start_tcp_server(tmp_path)
+    port = _free_port()
+    try:
+        fleet = start_fleet(
+            server.url,
+            f"{namespace}-down-{uuid.uuid4().hex[:6]}",
+            tmp_path / "worker.log",
+            processes=1,
+            env={"TOOLFLEET_METRICS_PORT": str(port)},
+        )
+        try:
+            assert _probe(port, "/readyz")[0] == 200
+            server.stop()
+            status, body = _probe(port, "/readyz")
+            assert status == 503 and "Redis unreachable" in body, body
+            assert _probe(port, "/livez")[0] == 200
+        finally:
+            fleet.stop()
+    finally:
+        server.stop()

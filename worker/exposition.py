@@ -6,25 +6,34 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 import redis
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from toolfleet.shared import codec
 from toolfleet.shared.naming import catalog_key, workers_key
+from toolfleet.worker.health import HealthReport
 from toolfleet.worker.redis_factory import redis_client
 
 __all__ = [
+    "LIVE_PATH",
+    "READY_PATH",
     "MultiprocessDir",
     "QueueCollector",
     "mark_dead",
     "prepare_multiprocess_dir",
+    "probe_app",
     "serve_metrics",
 ]
 
@@ -153,20 +162,64 @@ class QueueCollector:
         yield workers
 
 
-def serve_metrics(
-    port: int, directory: Path, redis_url: str, namespace: str, *, factory: str | None = None
-) -> CollectorRegistry | None:
-    """Serve ``/metrics`` on ``port`` (all interfaces); ``None`` when the port is 0 or busy.
+#: Paths of the probes, meaning ``toolfleet health --live`` and ``--ready``.
+LIVE_PATH = "/livez"
+READY_PATH = "/readyz"
 
-    ``factory`` (``MODULE:ATTR``) makes the Redis client instead of ``redis_url``.
+#: A probe: no argument, the outcome of ``toolfleet health --live`` or ``--ready``.
+Probe = Callable[[], HealthReport]
+
+
+def probe_app(metrics: WSGIApplication, probes: dict[str, Probe]) -> WSGIApplication:
+    """A WSGI app answering ``probes`` paths (200 healthy, 503 not; the reason as text).
+
+    Args:
+        metrics: the app serving every other path (prometheus-client's ``/metrics``).
+        probes: path (``/livez``, ``/readyz``) to the check it runs at each request.
+    """
+
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        probe = probes.get(str(environ.get("PATH_INFO", "")))
+        if probe is None:
+            return metrics(environ, start_response)
+        report = probe()
+        body = (report.reason + "\n").encode()
+        status = "200 OK" if report.ok else "503 Service Unavailable"
+        start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
+        return [body]
+
+    return app
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - base signature
+        """Probes and scrapes are not logged."""
+
+
+def serve_metrics(
+    port: int,
+    directory: Path,
+    redis_url: str,
+    namespace: str,
+    *,
+    factory: str | None = None,
+    probes: dict[str, Probe] | None = None,
+) -> CollectorRegistry | None:
+    """Serve ``/metrics`` (and ``probes``) on ``port``, all interfaces, from a daemon thread.
+
+    Returns None when the port is 0 or busy. ``factory`` (``MODULE:ATTR``) makes the Redis
+    client instead of ``redis_url``. ``probes`` maps paths such as ``/livez`` to checks
+    (:func:`probe_app`).
     """
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
     registry.register(QueueCollector(redis_url, namespace, factory=factory))
     if port:
+        app = probe_app(make_wsgi_app(registry), probes or {})
         try:
-            start_http_server(port, registry=registry)
+            server = make_server("0.0.0.0", port, app, ThreadingWSGIServer, _QuietHandler)
         except OSError as exc:
             log.error("cannot serve /metrics on port %d: %s", port, exc)
             return None
+        threading.Thread(target=server.serve_forever, daemon=True, name="metrics").start()
     return registry

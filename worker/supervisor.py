@@ -23,8 +23,15 @@ from types import FrameType
 import redis
 
 from toolfleet.shared.settings import Settings
-from toolfleet.worker.exposition import mark_dead, prepare_multiprocess_dir, serve_metrics
-from toolfleet.worker.health import remove_heartbeat
+from toolfleet.worker.exposition import (
+    LIVE_PATH,
+    READY_PATH,
+    Probe,
+    mark_dead,
+    prepare_multiprocess_dir,
+    serve_metrics,
+)
+from toolfleet.worker.health import check_live, check_ready, remove_heartbeat
 from toolfleet.worker.reachability import wait_until_reachable
 from toolfleet.worker.recovery import recover_dead_worker
 from toolfleet.worker.redis_factory import redis_client
@@ -182,6 +189,7 @@ class Supervisor:
             self.options.redis_url,
             self.options.namespace,
             factory=self.options.redis_client,
+            probes=self._probes(),
         )
         if not wait_until_reachable(
             self.options.redis_url, self._stop, factory=self.options.redis_client
@@ -218,6 +226,16 @@ class Supervisor:
         watchdog.stop()
         self._drain()
         return EXIT_NOTHING_TO_SERVE if nothing_to_serve else 0
+
+    def _probes(self) -> dict[str, Probe]:
+        """``/livez`` and ``/readyz``: the checks of ``toolfleet health --live/--ready``."""
+        settings = Settings.from_env()
+        directory, stale_s = settings.health_dir, settings.health_stale_s
+        url, factory = self.options.redis_url, self.options.redis_client
+        return {
+            LIVE_PATH: lambda: check_live(directory, stale_s),
+            READY_PATH: lambda: check_ready(directory, stale_s, url, factory=factory),
+        }
 
     def _recover(self, pid: int) -> None:
         client = redis_client(self.options.redis_url, factory=self.options.redis_client)
