@@ -1,8 +1,10 @@
-"""Operations: each supervisor's private metrics state, its HTTP probes."""
+"""Operations: each supervisor's private metrics state, its HTTP probes, ``top``."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import Fleet, start_fleet
+from conftest import Fleet, start_fleet, toolfleet_command
 from toolfleet.producer import ToolClient
 
 F = "ext_fleet_test_"
@@ -155,3 +157,45 @@ def test_readyz_fails_when_redis_is_unreachable(namespace: str, tmp_path: Path) 
             fleet.stop()
     finally:
         server.stop()
+
+
+def _top_rows(fleet: Fleet) -> tuple[list[str], dict[str, list[str]]]:
+    """``toolfleet top --once`` in 80 columns: its lines and the function table's rows."""
+    env = {
+        **os.environ,
+        "TOOLFLEET_REDIS_URL": fleet.redis_url,
+        "TOOLFLEET_NAMESPACE": fleet.namespace,
+        "COLUMNS": "80",
+    }
+    argv = [toolfleet_command(), "top", "--once"]
+    out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=True)
+    lines = out.stdout.splitlines()
+    rows: list[list[str]] = []
+    for line in lines:
+        cells = [c.strip() for c in line.split("\u2502")][1:-1]
+        if len(cells) != 6:
+            continue
+        if cells[1] or not rows:  # a new row; otherwise its cells wrapped onto this line
+            rows.append(cells)
+        else:
+            rows[-1] = [
+                a + b if i == 0 else f"{a} {b}".strip()
+                for i, (a, b) in enumerate(zip(rows[-1], cells, strict=True))
+            ]
+    return lines, {r[0]: r[1:] for r in rows if r[0].startswith(F)}
+
+
+def test_top_busy_counts_only_running_time_and_fits_80_columns(probe_fleet: Fleet) -> None:
+    """`top`'s busy column is the mean number of calls running over its 60 s window: calls
+    answered without running (invalid arguments) add nothing, a 6 s call adds 0.1; every
+    line of `top --once` fits 80 columns."""
+    with ToolClient(probe_fleet.redis_url, namespace=probe_fleet.namespace) as client:
+        for _ in range(5):
+            result = client.call(F + "add", '{"a": 1', timeout_s=20)
+            assert result.status.value == "invalid_arguments"
+        assert client.call(F + "slow", {"seconds": 6}, timeout_s=30).status.value == "ok"
+    lines, rows = _top_rows(probe_fleet)
+    assert max(len(line) for line in lines) <= 80, "\n".join(lines)
+    assert rows[F + "add"][1] == "0.00", rows
+    assert "invalid_arguments: 5" in rows[F + "add"][4], rows
+    assert 0.09 <= float(rows[F + "slow"][1]) <= 0.2, rows

@@ -12,7 +12,7 @@ import click
 import redis
 from rich.console import Console, Group
 from rich.live import Live
-from rich.table import Table
+from rich.table import Column, Table
 
 from toolfleet.shared import codec
 from toolfleet.shared.naming import catalog_key, events_key, workers_key
@@ -39,6 +39,16 @@ def _recent_events(client: redis.Redis, namespace: str, window_s: float) -> list
     return out
 
 
+def _busy(answered: list[dict[str, Any]], window_s: float) -> float:
+    """Mean number of calls running over the window: their run seconds over its seconds.
+
+    Only time spent running counts: a call answered without running (invalid arguments,
+    unknown function, past its deadline) adds nothing. The stream gets a call's events when
+    it is answered, so a call still running shows once it finishes.
+    """
+    return sum(float(e["run_s"]) for e in answered if e.get("run_s") is not None) / window_s
+
+
 def render_top(client: redis.Redis, namespace: str, window_s: float = WINDOW_S) -> Group:
     """One frame of ``toolfleet top``: queues, workers and per-function statistics."""
     entries = [codec.loads(v) for v in client.hvals(catalog_key(namespace))]
@@ -63,21 +73,16 @@ def render_top(client: redis.Redis, namespace: str, window_s: float = WINDOW_S) 
     events = [
         e for e in _recent_events(client, namespace, window_s) if e.get("kind") == "tool_responded"
     ]
-    requested = Counter(
-        e["function"]
-        for e in _recent_events(client, namespace, window_s)
-        if e.get("kind") == "tool_requested"
-    )
     by_function: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for event in events:
         by_function[str(event.get("function"))].append(event)
     function_table = Table(
-        "function",
+        Column("function", overflow="fold"),  # wrapped whole, never cut, in 80 columns
         "calls/s",
         "busy",
         "p50 ms",
         "p99 ms",
-        "errors by status",
+        "errors",
         title=f"functions (last {window_s:.0f} s)",
     )
     for function, items in sorted(by_function.items()):
@@ -86,13 +91,7 @@ def render_top(client: redis.Redis, namespace: str, window_s: float = WINDOW_S) 
         function_table.add_row(
             function,
             f"{len(items) / window_s:.2f}",
-            str(
-                max(
-                    0,
-                    requested.get(function, 0)
-                    - sum(1 for e in items if e.get("run_s") is not None),
-                )
-            ),
+            f"{_busy(items, window_s):.2f}",
             f"{_quantile(runs, 0.50) * 1000:.1f}" if runs else "-",
             f"{_quantile(runs, 0.99) * 1000:.1f}" if runs else "-",
             ", ".join(f"{s}: {n}" for s, n in sorted(errors.items())) or "-",
