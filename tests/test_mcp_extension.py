@@ -418,28 +418,38 @@ def test_extensions_check_and_metrics_count_the_server_processes(mcp_fleet: Flee
         "TOOLFLEET_EXT_PROBE_TOKEN": SECRET,
         "COLUMNS": "250",
     }
-    out = subprocess.run(
-        [toolfleet_command(), "extensions", "check", "--no-entry-points"],
-        env=env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    # Reports follow heartbeats, and a server an earlier test killed may still be coming
+    # back: read until both counts show 2 (or the time is up, and the asserts say why).
+    deadline = time.monotonic() + 30
+    while True:
+        out = subprocess.run(
+            [toolfleet_command(), "extensions", "check", "--no-entry-points"],
+            env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        rows = {line.split("│")[1].strip(): line for line in out.stdout.splitlines() if "│" in line}
+        text = urllib.request.urlopen(
+            f"http://127.0.0.1:{mcp_fleet.metrics_port}/metrics",  # type: ignore[attr-defined]
+            timeout=5,
+        ).read().decode()  # fmt: skip
+        processes = {
+            s.labels["extension"]: s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name == "toolfleet_mcp_server_processes"
+        }
+        settled = all("2 running in the fleet" in rows.get(x, "") for x in ("probe", "time"))
+        if (settled and processes.get("probe") == processes.get("time") == 2) or (
+            time.monotonic() > deadline
+        ):
+            break
+        time.sleep(1)
     assert out.returncode == 1, out.stdout + out.stderr  # the broken ones are problems
     assert SECRET not in out.stdout + out.stderr
-    rows = {line.split("│")[1].strip(): line for line in out.stdout.splitlines() if "│" in line}
     assert "2 running in the fleet" in rows["probe"]
     assert "2 running in the fleet" in rows["time"]
     assert "http (remote)" in rows["remote"]
     for broken in ("missing", "crashing", "silent"):
         assert f"{broken}:" in out.stdout
-    text = urllib.request.urlopen(
-        f"http://127.0.0.1:{mcp_fleet.metrics_port}/metrics",  # type: ignore[attr-defined]
-        timeout=5,
-    ).read().decode()  # fmt: skip
-    processes = {
-        s.labels["extension"]: s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-        if s.name == "toolfleet_mcp_server_processes"
-    }
     assert processes.get("probe") == 2 and processes.get("time") == 2, processes
 
 
