@@ -1,15 +1,18 @@
 """Prometheus metrics of the producer side, in a registry of their own.
 
 The host application serves them with its own exposition, e.g.
-``prometheus_client.generate_latest(toolfleet.producer.metrics.REGISTRY)``, or merges
-them into its default registry. Base units: seconds.
+``prometheus_client.generate_latest(toolfleet.producer.metrics.REGISTRY)``, or puts them
+in its own registry with :func:`register` (``register(prometheus_client.REGISTRY)``: its
+``/metrics`` then shows them). Base units: seconds.
 """
 
 from __future__ import annotations
 
+import weakref
+
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-__all__ = ["CALL_DURATION", "LATE_REPLIES", "REGISTRY"]
+__all__ = ["CALL_DURATION", "LATE_REPLIES", "REGISTRY", "register"]
 
 #: The producer's registry (separate from the host application's default one).
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -37,8 +40,34 @@ CALL_DURATION = Histogram(
     ),
     registry=REGISTRY,
 )
+#: Registries that hold the metrics below (the producer's own, and those of :func:`register`).
+_HOLDING: weakref.WeakSet[CollectorRegistry] = weakref.WeakSet([REGISTRY])
+
 LATE_REPLIES = Counter(
     "toolfleet_client_late_replies",
     "Replies that came after their call was resolved (timeout, cancel) or twice: dropped.",
     registry=REGISTRY,
 )
+
+
+def register(registry: CollectorRegistry = REGISTRY) -> None:
+    """Add the producer's metrics to ``registry`` too (the host application's, say).
+
+    The same series then show in both registries; calling it again is harmless.
+
+    Args:
+        registry: the registry to add them to; by default the producer's own
+            :data:`REGISTRY`, which already holds them.
+
+    Raises:
+        ValueError: ``registry`` holds another collector of one of these names.
+    """
+    if registry in _HOLDING:
+        return
+    registry.register(CALL_DURATION)
+    try:
+        registry.register(LATE_REPLIES)
+    except ValueError:
+        registry.unregister(CALL_DURATION)  # all or nothing
+        raise
+    _HOLDING.add(registry)

@@ -1,4 +1,4 @@
-"""Operations: each supervisor's private metrics state, its HTTP probes, ``top``."""
+"""Operations: private metrics state, HTTP probes, ``top``, the producer's metrics registry."""
 
 from __future__ import annotations
 
@@ -199,3 +199,29 @@ def test_top_busy_counts_only_running_time_and_fits_80_columns(probe_fleet: Flee
     assert rows[F + "add"][1] == "0.00", rows
     assert "invalid_arguments: 5" in rows[F + "add"][4], rows
     assert 0.09 <= float(rows[F + "slow"][1]) <= 0.2, rows
+
+
+def test_producer_metrics_register_in_the_host_registry(probe_fleet: Fleet) -> None:
+    """After metrics.register(host), a call's duration shows in the host app's registry with
+    the same count as the producer's own; registering twice is harmless; a name clash is a
+    ValueError that leaves the host registry as it was."""
+    from prometheus_client import CollectorRegistry, Counter
+
+    from toolfleet.producer import metrics
+
+    host = CollectorRegistry()
+    metrics.register(host)
+    metrics.register(host)
+    labels = {"function": F + "add", "status": "ok"}
+    name = "toolfleet_client_call_duration_seconds_count"
+    before = metrics.REGISTRY.get_sample_value(name, labels) or 0.0
+    with ToolClient(probe_fleet.redis_url, namespace=probe_fleet.namespace) as client:
+        for i in range(3):
+            assert client.call(F + "add", {"a": i, "b": 1}, timeout_s=20).status.value == "ok"
+    assert metrics.REGISTRY.get_sample_value(name, labels) == before + 3
+    assert host.get_sample_value(name, labels) == before + 3
+    clash = CollectorRegistry()
+    Counter("toolfleet_client_late_replies", "taken", registry=clash)
+    with pytest.raises(ValueError):
+        metrics.register(clash)
+    assert clash.get_sample_value(name, labels) is None
