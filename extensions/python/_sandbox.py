@@ -144,6 +144,14 @@ def _bwrap_prefix(config: PythonToolConfig, workdir: str) -> list[str]:
         "--ro-bind",
         "/usr",
         "/usr",
+        # /proc, /dev and an empty /tmp first: bwrap mounts in order, so the binds below
+        # stay visible even when the interpreter or this package lives under /tmp
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--tmpfs",
+        "/tmp",
     ]
     if config.network:
         argv.append("--share-net")
@@ -163,12 +171,6 @@ def _bwrap_prefix(config: PythonToolConfig, workdir: str) -> list[str]:
         "--ro-bind",
         str(LIFELINE),
         f"{INSIDE_RUNTIME}/lifeline.py",
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--tmpfs",
-        "/tmp",
         "--bind",
         workdir,
         INSIDE_WORKDIR,
@@ -241,6 +243,6 @@ def _probe(interpreter: str | None, network: bool) -> str | None:
         return (
             "the python sandbox (bubblewrap) could not start"
             + (f": {why[-1]}" if why else f" (exit status {done.returncode})")
-            + " — e.g. unprivileged user namespaces are disabled on this host"
+            + " (bubblewrap's own words; user namespaces disabled on the host is a common cause)"
         )
     return None
