@@ -31,6 +31,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from conftest import TESTS, Fleet, start_fleet, toolfleet_command
+from private_redis import stop_process
 from toolfleet.producer.mcp import STATUS_META_KEY, TIMEOUT_META_KEY, token_digest
 from toolfleet.shared import codec
 from toolfleet.shared.naming import switches_key
@@ -96,13 +97,7 @@ class Replica:
         return f"http://127.0.0.1:{self.port}/mcp"
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
 
 
 def start_replica(
