@@ -485,7 +485,9 @@ def test_pod_monitor_scrapes_the_metrics_port(overlay: str) -> None:
     """The PodMonitor selects every worker pod, on the port the worker serves /metrics on."""
     docs = _rendered(overlay)
     port = int(_settings(docs)["TOOLFLEET_METRICS_PORT"])
-    (monitor,) = _of_kind(docs, "PodMonitor")
+    (monitor,) = [
+        m for m in _of_kind(docs, "PodMonitor") if m["metadata"]["name"] == "toolfleet-worker"
+    ]
     selector = monitor["spec"]["selector"]["matchLabels"]
     for deployment in _workers(docs):
         labels = deployment["spec"]["template"]["metadata"]["labels"]
@@ -493,6 +495,37 @@ def test_pod_monitor_scrapes_the_metrics_port(overlay: str) -> None:
         ports = {p["name"]: p["containerPort"] for p in _container(deployment)["ports"]}
         for endpoint in monitor["spec"]["podMetricsEndpoints"]:
             assert ports[endpoint["port"]] == port
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_one_exporter_serves_the_fleet_wide_gauges_and_is_scraped(overlay: str) -> None:
+    """One `toolfleet exporter` replica, never two at once (Recreate), its command parsed by
+    the real CLI, probed on /livez and /readyz and scraped by its own PodMonitor; the worker
+    PodMonitor does not select it."""
+    from toolfleet.worker.exposition import LIVE_PATH, READY_PATH
+
+    docs = _rendered(overlay)
+    (deployment,) = [
+        d for d in _of_kind(docs, "Deployment") if d["metadata"]["name"] == "toolfleet-exporter"
+    ]
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    scalers = _of_kind(docs, "ScaledObject") + _of_kind(docs, "HorizontalPodAutoscaler")
+    assert "toolfleet-exporter" not in {a["spec"]["scaleTargetRef"]["name"] for a in scalers}
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    _parse_cli(container["args"])
+    assert container["args"][1] == "exporter"
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert _option_values(container["args"], "--port") == [str(ports["metrics"])]
+    assert container["livenessProbe"]["httpGet"] == {"path": LIVE_PATH, "port": "metrics"}
+    assert container["readinessProbe"]["httpGet"] == {"path": READY_PATH, "port": "metrics"}
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    monitors = {m["metadata"]["name"]: m for m in _of_kind(docs, "PodMonitor")}
+    exporter = monitors["toolfleet-exporter"]["spec"]
+    assert exporter["selector"]["matchLabels"].items() <= labels.items()
+    assert [e["port"] for e in exporter["podMetricsEndpoints"]] == ["metrics"]
+    worker = monitors["toolfleet-worker"]["spec"]["selector"]["matchLabels"]
+    assert not worker.items() <= labels.items()
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

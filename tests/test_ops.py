@@ -109,7 +109,8 @@ def test_livez_and_readyz_pass_on_a_healthy_fleet_and_metrics_still_serve(
     assert _probe(port, "/livez") == (200, "1 worker processes healthy\n")
     assert _probe(port, "/readyz") == (200, "1 worker processes healthy, Redis reachable\n")
     status, body = _probe(port, "/metrics")
-    assert status == 200 and "toolfleet_queue_depth" in body
+    assert status == 200 and "toolfleet_worker_up" in body
+    assert "toolfleet_queue_depth" not in body, "fleet-wide gauges come from the exporter only"
 
 
 def test_livez_fails_while_a_tool_blocks_its_thread_and_recovers(probe_fleet: Fleet) -> None:

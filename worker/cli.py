@@ -30,7 +30,7 @@ from toolfleet.shared.urls import redacted_url
 from toolfleet.shared.wire import Status, ToolCallResult
 from toolfleet.worker.cli_admin import extensions, switch
 from toolfleet.worker.cli_mcp import mcp
-from toolfleet.worker.cli_ops import events, health, top
+from toolfleet.worker.cli_ops import events, exporter, health, top
 from toolfleet.worker.cli_support import EXIT_FAILED, CliState, ToolfleetGroup, global_options
 from toolfleet.worker.fleet import LocalFleet
 from toolfleet.worker.redis_factory import load_factory
@@ -299,6 +299,7 @@ cli.add_command(extensions)
 cli.add_command(top)
 cli.add_command(events)
 cli.add_command(health)
+cli.add_command(exporter)
 cli.add_command(mcp)
 
 

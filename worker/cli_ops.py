@@ -1,7 +1,8 @@
-"""Operations commands: ``top``, ``events`` and ``health``."""
+"""Operations commands: ``top``, ``events``, ``health`` and ``exporter``."""
 
 from __future__ import annotations
 
+import logging
 import statistics
 import sys
 import time
@@ -17,9 +18,10 @@ from rich.table import Column, Table
 from toolfleet.shared import codec
 from toolfleet.shared.naming import catalog_key, events_key, workers_key
 from toolfleet.worker.cli_support import Outage
+from toolfleet.worker.exporter import DEFAULT_PORT, run_exporter
 from toolfleet.worker.health import check_live, check_ready
 
-__all__ = ["events", "health", "top"]
+__all__ = ["events", "exporter", "health", "top"]
 
 console = Console()
 
@@ -196,3 +198,31 @@ def health(ctx: click.Context, mode: str | None) -> None:
         )
     click.echo(report.reason, err=not report.ok)
     sys.exit(0 if report.ok else 1)
+
+
+@click.command()
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=DEFAULT_PORT,
+    show_default=True,
+    help="Port of /metrics, /livez and /readyz.",
+)
+@click.pass_obj
+def exporter(obj: Any, port: int) -> None:
+    """Serve the fleet-wide gauges (queue depth, dead letters, workers per queue) once.
+
+    Run one per fleet (namespace on a Redis): the supervisors no longer export these, so
+    a dashboard's sum over them counts each queue once.
+    """
+    settings = obj.settings
+    factory = settings.redis_client
+    url = "" if factory else obj.require_url()
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        code = run_exporter(port, url, settings.namespace, settings.worker_ttl_s, factory=factory)
+    except OSError as exc:
+        raise click.ClickException(f"cannot serve on port {port}: {exc}") from exc
+    sys.exit(code)

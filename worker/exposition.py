@@ -1,4 +1,8 @@
-"""The supervisor's ``/metrics``: every worker process's samples plus Redis queue depths."""
+"""The supervisor's ``/metrics`` (every worker process's samples) and the fleet-wide gauges.
+
+The supervisor serves per-process series only; :class:`QueueCollector`'s fleet-wide gauges
+are served once per fleet by ``toolfleet exporter`` (:mod:`toolfleet.worker.exporter`).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, make_server
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 import redis
@@ -31,6 +35,7 @@ __all__ = [
     "READY_PATH",
     "MultiprocessDir",
     "QueueCollector",
+    "listen",
     "mark_dead",
     "prepare_multiprocess_dir",
     "probe_app",
@@ -196,28 +201,31 @@ class _QuietHandler(WSGIRequestHandler):
         """Probes and scrapes are not logged."""
 
 
+def listen(port: int, app: WSGIApplication) -> WSGIServer:
+    """A threading WSGI server for ``app`` on ``port``, all interfaces, not yet serving.
+
+    Raises:
+        OSError: the port cannot be bound.
+    """
+    return make_server("0.0.0.0", port, app, ThreadingWSGIServer, _QuietHandler)
+
+
 def serve_metrics(
-    port: int,
-    directory: Path,
-    redis_url: str,
-    namespace: str,
-    *,
-    factory: str | None = None,
-    probes: dict[str, Probe] | None = None,
+    port: int, directory: Path, *, probes: dict[str, Probe] | None = None
 ) -> CollectorRegistry | None:
     """Serve ``/metrics`` (and ``probes``) on ``port``, all interfaces, from a daemon thread.
 
-    Returns None when the port is 0 or busy. ``factory`` (``MODULE:ATTR``) makes the Redis
-    client instead of ``redis_url``. ``probes`` maps paths such as ``/livez`` to checks
+    ``/metrics`` is the sum of the worker processes' samples in ``directory``: per-process
+    series only (the fleet-wide gauges come from ``toolfleet exporter``). Returns None when
+    the port is 0 or busy. ``probes`` maps paths such as ``/livez`` to checks
     (:func:`probe_app`).
     """
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
-    registry.register(QueueCollector(redis_url, namespace, factory=factory))
     if port:
         app = probe_app(make_wsgi_app(registry), probes or {})
         try:
-            server = make_server("0.0.0.0", port, app, ThreadingWSGIServer, _QuietHandler)
+            server = listen(port, app)
         except OSError as exc:
             log.error("cannot serve /metrics on port %d: %s", port, exc)
             return None

@@ -184,12 +184,7 @@ class Supervisor:
 
     def _supervise(self) -> int:
         self.registry = serve_metrics(
-            self.options.metrics_port,
-            self.metrics_dir,
-            self.options.redis_url,
-            self.options.namespace,
-            factory=self.options.redis_client,
-            probes=self._probes(),
+            self.options.metrics_port, self.metrics_dir, probes=self._probes()
         )
         if not wait_until_reachable(
             self.options.redis_url, self._stop, factory=self.options.redis_client
