@@ -9,7 +9,6 @@ disabled, switched off, or not for this account).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -20,6 +19,7 @@ from toolfleet.producer.catalog import Catalog
 from toolfleet.producer.turns import TurnCall
 from toolfleet.shared import codec
 from toolfleet.shared.cancels import REQUESTED
+from toolfleet.shared.catalog import Refusal
 from toolfleet.shared.errors import ClientError
 from toolfleet.shared.limits import timeout_problem
 from toolfleet.shared.naming import cancel_channel, cancel_key, outcome_key
@@ -48,14 +48,6 @@ Arguments = dict[str, Any] | str | None
 #: persistence empties it until the next heartbeat): a retryable ``not_available``, never
 #: ``unknown_function``, which would tell a model that a served tool does not exist.
 CATALOG_EMPTY = "the tool catalog is empty (no worker has published it yet); retry shortly"
-
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """Why the producer answers a call itself instead of publishing it."""
-
-    status: Status
-    message: str
 
 
 def check_timeout(timeout_s: Any) -> float:
@@ -177,15 +169,12 @@ def admit(
             f"{settings.max_arguments_bytes} bytes"
         )
         return Refusal(Status.REJECTED, message)
-    entry = catalog.entries.get(request.function)
-    if entry is None and not catalog.entries:
+    if not catalog.entries:
         return Refusal(Status.NOT_AVAILABLE, CATALOG_EMPTY)
-    if entry is None:
-        return Refusal(Status.UNKNOWN_FUNCTION, f"unknown function {request.function!r}")
     refusal = catalog.refusal(request.function, request.context.account)
-    if refusal:
-        return Refusal(Status.NOT_AVAILABLE, refusal)
-    queue = str(entry["queue"])
+    if refusal is not None:
+        return refusal
+    queue = catalog.typed[request.function].queue
     held = lengths.reserve(catalog, queue)
     if held is not None:
         message = (

@@ -16,11 +16,18 @@ from typing import Any
 
 import redis
 import redis.asyncio
+from pydantic import ValidationError
 
 from toolfleet.shared import codec
+from toolfleet.shared.catalog import (
+    CatalogEntry,
+    Refusal,
+    refusal,
+    switch_states,
+    switched_off,
+)
 from toolfleet.shared.naming import (
     catalog_key,
-    extension_switch,
     queue_msgs_key,
     switches_key,
     workers_key,
@@ -34,13 +41,15 @@ class Catalog:
     """A snapshot of the catalog.
 
     Attributes:
-        entries: function name -> catalog entry (name, description, parameters,
-            queue, timeout_s, slug, version, tool).
+        entries: function name -> catalog entry as published (the JSON object the
+            exports read: name, description, parameters, queue, timeout_s, slug, ...).
         live_queues: queues with at least one worker heartbeat within the TTL.
         read_at: ``time.monotonic()`` of the read.
-        switches: switch name -> on.
+        switches: switch name -> on, for the switches the hash holds a state for.
         queue_lengths: queue -> messages it held at the read (queued, prefetched or
             running: ``HLEN`` of its ``.msgs`` hash).
+        typed: function name -> :class:`~toolfleet.shared.catalog.CatalogEntry`, for
+            every entry of ``entries`` that validates (the others are never callable).
     """
 
     entries: dict[str, dict[str, Any]]
@@ -48,41 +57,29 @@ class Catalog:
     read_at: float
     switches: dict[str, bool] = field(default_factory=dict)
     queue_lengths: dict[str, int] = field(default_factory=dict)
+    typed: dict[str, CatalogEntry] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.typed and self.entries:
+            object.__setattr__(self, "typed", _typed(self.entries))
 
     def is_live(self, function: str) -> bool:
         """True when ``function``'s queue has a live worker."""
-        entry = self.entries.get(function)
-        return entry is not None and entry.get("queue") in self.live_queues
+        entry = self.typed.get(function)
+        return entry is not None and entry.queue in self.live_queues
 
     def switched_off(self, function: str) -> bool:
-        """True when ``function``'s own switch or its extension's (``ext_<slug>``) is off."""
-        entry = self.entries.get(function) or {}
-        slug_switch = extension_switch(str(entry.get("slug", "")))
-        return not (self.switches.get(function, True) and self.switches.get(slug_switch, True))
+        """True when a switch governing ``function`` is off (unset ones at their default)."""
+        entry = self.typed.get(function)
+        return entry is not None and switched_off(entry, self.switches)
 
-    def refusal(self, function: str, account: str | None) -> str:
-        """Why ``function`` may not be offered or called for ``account`` ("" when it may).
+    def refusal(self, function: str, account: str | None) -> Refusal | None:
+        """Why ``function`` may not be offered or called for ``account`` (``None``: it may).
 
-        Checks, in order: a live worker, enabled, switched on (the function's own switch
-        and ``ext_<slug>``), and the extension's availability for the account.
+        The rule producer and worker share: :func:`toolfleet.shared.catalog.refusal`.
         """
-        entry = self.entries.get(function)
-        if entry is None:
-            return f"unknown function {function!r}"
-        if not self.is_live(function):
-            return f"no live worker serves {function!r} (queue {entry.get('queue')})"
-        if entry.get("enabled") is False:
-            return f"{function} is disabled"
-        if self.switched_off(function):
-            return f"{function} is switched off"
-        availability = entry.get("availability") or {}
-        allowed = availability.get("accounts_allowed")
-        denied = availability.get("accounts_denied") or []
-        if (account is not None and account in denied) or (
-            allowed is not None and account not in allowed
-        ):
-            return f"{function} is not available to this account"
-        return ""
+        entry = self.typed.get(function)
+        return refusal(function, entry, self.switches, account, live=self.is_live(function))
 
 
 class CatalogReader:
@@ -235,6 +232,16 @@ def _entries(raw: dict[Any, Any]) -> dict[str, dict[str, Any]]:
     return entries
 
 
+def _typed(entries: dict[str, dict[str, Any]]) -> dict[str, CatalogEntry]:
+    typed: dict[str, CatalogEntry] = {}
+    for name, entry in entries.items():
+        try:
+            typed[name] = CatalogEntry.model_validate(entry)
+        except ValidationError:
+            continue
+    return typed
+
+
 def _queues(
     entries: dict[str, dict[str, Any]], watch: Callable[[], Iterable[str]] | None = None
 ) -> list[str]:
@@ -257,10 +264,7 @@ def _snapshot(entries: dict[str, dict[str, Any]], queues: list[str], replies: li
     raw_switches, *counts = replies
     live = frozenset(q for q, n in zip(queues, counts[0::2], strict=True) if n)
     lengths = {q: int(n) for q, n in zip(queues, counts[1::2], strict=True)}
-    switches = {
-        (k.decode() if isinstance(k, bytes) else str(k)): v in (b"on", "on", b"1", "1")
-        for k, v in raw_switches.items()
-    }
+    switches = switch_states(raw_switches)
     return Catalog(
         entries=entries,
         live_queues=live,

@@ -56,11 +56,21 @@ class Mode(Tool):
         return {"loud": context.switch_is_active("loud"), "account": context.account}
 
 
+class Dormant(Tool):
+    """Answer while the `dormant` switch, off unless turned on, is on."""
+
+    name = "dormant"
+    arguments_model = NoArguments
+
+    def call(self, arguments: NoArguments, context: ExtensionContext) -> str:
+        return "awake"
+
+
 extension = Extension(
     slug="guarded",
     version="1.0.0",
-    tools=[Leak, LeakInError, LeakInCrash, Mode],
+    tools=[Leak, LeakInError, LeakInCrash, Mode, Dormant],
     settings=[SettingSpec(name="api_key", secret=True, env=SECRET_ENV)],
-    switches=[SwitchSpec(name="loud", default=False)],
+    switches=[SwitchSpec(name="loud", default=False), SwitchSpec(name="dormant", default=False)],
     availability=Availability(accounts_allowed=["acme", "globex"], accounts_denied=["globex"]),
 )

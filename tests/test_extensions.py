@@ -16,7 +16,7 @@ from conftest import TESTS, Fleet, start_fleet, toolfleet_command
 from toolfleet.producer import ToolClient
 from toolfleet.producer.publish import Publisher
 from toolfleet.shared import Status, ToolCallRequest
-from toolfleet.shared.naming import catalog_key, extension_errors_key
+from toolfleet.shared.naming import catalog_key, extension_errors_key, switches_key
 from toolfleet.shared.wire import CallContext, ReplyEnvelope, ToolCallResult, new_call_id
 
 BROKEN = TESTS / "broken_extensions"
@@ -236,6 +236,38 @@ def test_switches_change_behaviour_at_run_time(ext_client: ToolClient, ext_fleet
     )
     switch("on", "ext_guarded_mode")
     _eventually(lambda: ext_client.call("ext_guarded_mode", {}, context=acme).status is Status.OK)
+
+
+def test_a_tool_switched_off_by_default_is_neither_offered_nor_run(
+    ext_client: ToolClient, ext_fleet: Fleet
+) -> None:
+    """A tool whose switch is declared off by default, never set: not listed, not published,
+    refused by the worker; `switch on` makes it all three."""
+    acme = {"account": "acme"}
+    names = {t["function"]["name"] for t in ext_client.tools(account="acme")}
+    assert "ext_guarded_mode" in names and "ext_guarded_dormant" not in names
+    local = ext_client.call("ext_guarded_dormant", {}, context=acme)
+    assert local.status is Status.NOT_AVAILABLE and local.worker is None  # never published
+    assert "switched off" in str(local.content)
+    at_worker = _direct_call(ext_fleet, "ext_guarded_dormant", "acme")
+    assert at_worker.status is Status.NOT_AVAILABLE and at_worker.worker is not None
+    assert "switched off" in str(at_worker.content)
+    client = redis.Redis.from_url(ext_fleet.redis_url)
+    try:
+        client.hset(switches_key(ext_fleet.namespace), "ext_guarded_dormant", "on")
+        _eventually(
+            lambda: (
+                "ext_guarded_dormant"
+                in {t["function"]["name"] for t in ext_client.tools(account="acme")}
+            )
+        )
+        _eventually(
+            lambda: _direct_call(ext_fleet, "ext_guarded_dormant", "acme").status is Status.OK
+        )
+        assert ext_client.call("ext_guarded_dormant", {}, context=acme).content == "awake"
+    finally:
+        client.hdel(switches_key(ext_fleet.namespace), "ext_guarded_dormant")
+        client.close()
 
 
 def _eventually(check: object, timeout_s: float = 5.0) -> None:

@@ -115,7 +115,7 @@ def test_idempotent_hint_counts_only_when_the_manifest_agrees(tmp_path: Path, tr
         toolkit.add_extension(Extension(slug="hinted", version="1", mcp=config))
         assert toolkit.served["ext_hinted_echo"].idempotent is trust
         assert toolkit.served["ext_hinted_slow"].idempotent is False
-        entry = toolkit.served["ext_hinted_echo"].catalog_entry()
+        entry = toolkit.served["ext_hinted_echo"].catalog_entry().model_dump(mode="json")
         assert entry["annotations"] == {"readOnlyHint": True, "idempotentHint": True}
         request = ToolCallRequest(
             id=str(uuid.uuid4()),

@@ -154,7 +154,7 @@ def _builtin_entries() -> list[dict[str, Any]]:
     toolkit = Toolkit()
     for ext in (bfcl_extension, date_extension, python_extension):
         toolkit.add_extension(ext)
-    return [served.catalog_entry() for served in toolkit.served.values()]
+    return [served.catalog_entry().model_dump(mode="json") for served in toolkit.served.values()]
 
 
 @pytest.mark.parametrize("fmt", ["openai-strict", "responses"])
@@ -242,7 +242,10 @@ def test_hashed_names_map_back_to_extension_and_tool_through_the_catalog() -> No
     toolkit = Toolkit()
     toolkit.add_extension(Extension(slug="a-b", version="1", tools=[_named("c")]))
     toolkit.add_extension(Extension(slug="a", version="1", tools=[_named("b_c")]))
-    catalog = {name: served.catalog_entry() for name, served in toolkit.served.items()}
+    catalog = {
+        name: served.catalog_entry().model_dump(mode="json")
+        for name, served in toolkit.served.items()
+    }
     hashed = function_name("a", "b_c", hashed=True)
     assert tool_name_for(hashed, catalog) == "b_c"
     assert extension_for(hashed, catalog) == "a"

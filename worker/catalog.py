@@ -76,14 +76,9 @@ class CatalogPublisher:
         """Write catalog entries and heartbeats once (one pipelined round trip)."""
         now = time.time()
         pipe = self.client.pipeline(transaction=False)
-        states = self.toolkit.refresh_tool_states()
+        self.toolkit.refresh_tool_states()
         entries = {
-            name: codec.dumps(
-                served.catalog_entry(
-                    enabled=states.get(name, (True, None))[0],
-                    preparation=states.get(name, (True, None))[1],
-                )
-            )
+            name: codec.dumps(self.toolkit.catalog_entry(served).model_dump(mode="json"))
             for name, served in self.toolkit.served.items()
             if served.queue in self.queues
         }

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from pydantic import BaseModel
 
+from toolfleet.shared.catalog import CatalogEntry
 from toolfleet.shared.manifest import RetryPolicy
-from toolfleet.shared.naming import extension_switch
 from toolfleet.shared.spec import ToolSpec
 from toolfleet.shared.tool import Extension
 
@@ -51,15 +50,10 @@ class ServedTool:
         """True when the tool is a coroutine function."""
         return self.spec.is_async
 
-    @property
-    def switch_names(self) -> tuple[str, str]:
-        """The switches that turn this function off: its own name, and its extension's."""
-        return self.function, extension_switch(self.extension.slug)
-
     def catalog_entry(
         self, *, enabled: bool = True, preparation: str | None = None
-    ) -> dict[str, Any]:
-        """What workers publish about this function (JSON object; no setting values).
+    ) -> CatalogEntry:
+        """What workers publish about this function (no setting values).
 
         Args:
             enabled: the tool's own ``is_enabled()`` at this refresh (the extension's
@@ -67,28 +61,30 @@ class ServedTool:
             preparation: the tool's preparation text at this refresh, if any.
         """
         ext = self.extension
-        return {
-            "name": self.function,
-            "tool": self.spec.name,
-            "description": self.spec.description,
-            "parameters": self.spec.parameters,
-            "display_name": self.spec.display_name,
-            "display_description": self.spec.display_description,
-            "display_parameters": self.spec.display_parameters,
-            "preparation": preparation,
-            "affinity": self.spec.affinity,
-            "queue": self.queue,
-            "timeout_s": self.timeout_s,
-            "idempotent": self.idempotent,
-            "isolation": self.isolation,
-            "slug": ext.slug,
-            "version": ext.version,
-            "enabled": ext.enabled and enabled,
-            "availability": ext.availability.model_dump(),
-            "switches": [
-                {"name": ext.switch_name(s.name), "default": s.default} for s in ext.switches
-            ],
-            "settings": [s.name for s in ext.settings],
-            "annotations": self.spec.annotations,
-            "output_schema": self.spec.output_schema,
-        }
+        return CatalogEntry.model_validate(
+            {
+                "name": self.function,
+                "tool": self.spec.name,
+                "description": self.spec.description,
+                "parameters": self.spec.parameters,
+                "display_name": self.spec.display_name,
+                "display_description": self.spec.display_description,
+                "display_parameters": self.spec.display_parameters,
+                "preparation": preparation,
+                "affinity": self.spec.affinity,
+                "queue": self.queue,
+                "timeout_s": self.timeout_s,
+                "idempotent": self.idempotent,
+                "isolation": self.isolation,
+                "slug": ext.slug,
+                "version": ext.version,
+                "enabled": ext.enabled and enabled,
+                "availability": ext.availability.model_dump(),
+                "switches": [
+                    {"name": ext.switch_name(s.name), "default": s.default} for s in ext.switches
+                ],
+                "settings": [s.name for s in ext.settings],
+                "annotations": self.spec.annotations,
+                "output_schema": self.spec.output_schema,
+            }
+        )

@@ -7,6 +7,7 @@ from typing import Any
 
 import redis
 
+from toolfleet.shared.catalog import switch_states
 from toolfleet.shared.naming import switches_key
 
 __all__ = ["SwitchBoard"]
@@ -31,10 +32,12 @@ class SwitchBoard:
 
     def load(self, raw: Mapping[Any, Any]) -> None:
         """Take every switch state from ``raw``, the ``<ns>:switches`` hash as read."""
-        self._states = {
-            (k.decode() if isinstance(k, bytes) else str(k)): (v in (b"on", "on", b"1", "1"))
-            for k, v in raw.items()
-        }
+        self._states = switch_states(raw)
+
+    @property
+    def states(self) -> dict[str, bool]:
+        """The switch states Redis holds (switches never set are absent)."""
+        return self._states
 
     def snapshot(self) -> dict[str, bool]:
         """Every switch state known now (for a child process)."""

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from toolfleet.shared import codec
+from toolfleet.shared.catalog import CatalogEntry, refusal
 from toolfleet.shared.errors import (
     ConfigurationError,
     ExtensionToolError,
@@ -118,6 +119,7 @@ class Toolkit:
         self.redactor = Redactor()
         self.running: dict[str, CallHandle] = {}
         self.tool_states: dict[str, tuple[bool, str | None]] = {}
+        self._entries: dict[str, tuple[ServedTool, CatalogEntry]] = {}
         self.affinity_routes: dict[str, str] = {}
         self._running_lock = threading.Lock()
         self.emit: Callable[[ToolCallRequest, ToolEvent], None] | None = None
@@ -341,12 +343,11 @@ class Toolkit:
                 request, Status.EXPIRED, "the call's deadline passed before it could run", timings
             )
         served = self.served.get(request.function)
-        if served is None:
-            message = f"unknown function {request.function!r}"
-            return self._failure(request, Status.UNKNOWN_FUNCTION, message, timings)
-        refusal = self.refusal(served, request.context.account)
-        if refusal:
-            return self._failure(request, Status.NOT_AVAILABLE, refusal, timings)
+        entry = None if served is None else self.catalog_entry(served)
+        refused = refusal(request.function, entry, self.switches.states, request.context.account)
+        if refused is not None:
+            return self._failure(request, refused.status, refused.message, timings)
+        assert served is not None  # without an entry the rule answers unknown_function
         try:
             arguments = parse_arguments(request.arguments, served.arguments_model)
         except InvalidArgumentsError as exc:
@@ -439,6 +440,7 @@ class Toolkit:
         for function, served in self.served.items():
             states[function] = (self._probe_enabled(served), self._probe_preparation(served))
         self.tool_states = states
+        self._entries = {}
         return states
 
     @staticmethod
@@ -462,19 +464,20 @@ class Toolkit:
             return None
         return self.redactor.scrub(text)[:1000] if text else None
 
-    def refusal(self, served: ServedTool, account: str | None) -> str:
-        """Why ``served`` may not run for ``account`` now ("" when it may)."""
-        if not served.extension.enabled:
-            return f"{served.function} is disabled"
-        if served.spec.is_enabled is not None:
-            state = self.tool_states.get(served.function)
-            if not (state[0] if state is not None else self._probe_enabled(served)):
-                return f"{served.function} is disabled"
-        if not all(self.switches.is_on(name) for name in served.switch_names):
-            return f"{served.function} is switched off"
-        if not served.extension.availability.allows(account):
-            return f"{served.function} is not available to this account"
-        return ""
+    def catalog_entry(self, served: ServedTool) -> CatalogEntry:
+        """The catalog entry of ``served`` as of the last :meth:`refresh_tool_states`.
+
+        Built once per refresh (and on first use before any refresh).
+        """
+        cached = self._entries.get(served.function)
+        if cached is not None and cached[0] is served:
+            return cached[1]
+        state = self.tool_states.get(served.function)
+        if state is None:
+            state = (self._probe_enabled(served), None)
+        entry = served.catalog_entry(enabled=state[0], preparation=state[1])
+        self._entries[served.function] = (served, entry)
+        return entry
 
     def _run_with_retries(
         self,

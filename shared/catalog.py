@@ -1,0 +1,167 @@
+"""The typed catalog workers publish, and the one rule that decides whether a call may run.
+
+Workers write one :class:`CatalogEntry` per function into ``<ns>:catalog``; the
+``<ns>:switches`` hash holds the switch states operators set. Producer and worker
+both ask :func:`refusal` whether a call may go ahead, so a tool the producer lists
+and publishes is a tool the worker runs, and the other way round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from toolfleet.shared.manifest import Availability
+from toolfleet.shared.naming import extension_switch, function_name
+from toolfleet.shared.wire import Status
+
+__all__ = [
+    "CatalogEntry",
+    "Refusal",
+    "SwitchDeclaration",
+    "governing_switches",
+    "refusal",
+    "switch_states",
+    "switched_off",
+]
+
+
+class SwitchDeclaration(BaseModel):
+    """A switch an extension declares, as the catalog carries it.
+
+    Attributes:
+        name: the switch's Redis name, ``ext_<slug>_<name>``.
+        default: its state while ``<ns>:switches`` holds none for it.
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: str
+    default: bool = True
+
+
+class CatalogEntry(BaseModel):
+    """What workers publish about one function (one field of ``<ns>:catalog``, JSON).
+
+    Fields this model does not name are kept (``extra="allow"``) so that an entry
+    written by a newer worker round-trips unchanged.
+
+    Attributes:
+        name: the wire function name.
+        tool: the tool's own name inside its extension.
+        queue: the Dramatiq queue its calls go to.
+        timeout_s: its time limit, seconds.
+        slug: its extension's slug.
+        version: its extension's version.
+        enabled: the extension's ``enabled`` and the tool's ``is_enabled()`` at the
+            last refresh.
+        availability: which accounts may call it.
+        switches: every switch its extension declares, with its default.
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: str
+    tool: str = ""
+    queue: str
+    timeout_s: float = 30.0
+    slug: str = ""
+    version: str = ""
+    enabled: bool = True
+    availability: Availability = Field(default_factory=Availability)
+    switches: tuple[SwitchDeclaration, ...] = ()
+
+    @field_validator("availability", mode="before")
+    @classmethod
+    def _known_availability_fields(cls, value: Any) -> Any:
+        # tolerant reader: a newer worker may add availability rules this one ignores
+        if isinstance(value, Mapping):
+            return {k: v for k, v in value.items() if k in Availability.model_fields}
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a call is answered without running.
+
+    Attributes:
+        status: ``unknown_function``, ``not_available`` or (producer only) ``rejected``.
+        message: what the model reads.
+    """
+
+    status: Status
+    message: str
+
+
+def switch_states(raw: Mapping[Any, Any]) -> dict[str, bool]:
+    """The ``<ns>:switches`` hash as read (bytes or str) -> switch name -> on."""
+    return {
+        (k.decode() if isinstance(k, bytes) else str(k)): v in (b"on", "on", b"1", "1")
+        for k, v in raw.items()
+    }
+
+
+def governing_switches(entry: CatalogEntry) -> dict[str, bool]:
+    """The switches that turn ``entry``'s function off -> each one's default state.
+
+    They are the function's own name, its extension's ``ext_<slug>``, and a switch the
+    extension declares under the tool's name (``ext_<slug>_<tool>``); a switch takes
+    its declared default while the switch hash holds no state for it, and is on when
+    nothing declares it.
+    """
+    declared = {s.name: s.default for s in entry.switches}
+    names = [entry.name, extension_switch(entry.slug)]
+    if entry.tool:
+        tool_switch = function_name(entry.slug, entry.tool)
+        if tool_switch in declared:
+            names.append(tool_switch)
+    return {name: declared.get(name, True) for name in names}
+
+
+def switched_off(entry: CatalogEntry, switches: Mapping[str, bool]) -> bool:
+    """True when a switch governing ``entry`` is off (unset ones at their declared default).
+
+    Args:
+        entry: the function's catalog entry.
+        switches: switch name -> on, as the switch hash holds them (unset ones absent).
+    """
+    return not all(switches.get(n, d) for n, d in governing_switches(entry).items())
+
+
+def refusal(
+    function: str,
+    entry: CatalogEntry | None,
+    switches: Mapping[str, bool],
+    account: str | None,
+    *,
+    live: bool = True,
+) -> Refusal | None:
+    """Why ``function`` may not be offered or called for ``account`` now (``None``: it may).
+
+    Checks, in order: the function exists (``unknown_function``), a live worker
+    serves it, it is enabled, every switch that governs it is on (a switch unset in
+    ``switches`` takes its declared default, see :func:`governing_switches`), and its
+    extension is available to the account (all ``not_available``).
+
+    Args:
+        function: the wire function name asked for.
+        entry: its catalog entry, or ``None`` when the catalog has none.
+        switches: switch name -> on, as the switch hash holds them (unset ones absent).
+        account: the calling account, or ``None``.
+        live: whether a worker with a fresh heartbeat serves its queue.
+    """
+    if entry is None:
+        return Refusal(Status.UNKNOWN_FUNCTION, f"unknown function {function!r}")
+    if not live:
+        message = f"no live worker serves {function!r} (queue {entry.queue})"
+        return Refusal(Status.NOT_AVAILABLE, message)
+    if not entry.enabled:
+        return Refusal(Status.NOT_AVAILABLE, f"{function} is disabled")
+    if switched_off(entry, switches):
+        return Refusal(Status.NOT_AVAILABLE, f"{function} is switched off")
+    if not entry.availability.allows(account):
+        return Refusal(Status.NOT_AVAILABLE, f"{function} is not available to this account")
+    return None
