@@ -303,7 +303,10 @@ def _present_tools(r: redis.Redis, ns: str, toolkit: Any) -> None:
 
 
 def _metric_names_in(expr: str) -> set[str]:
-    names = set(re.findall(r"\b(toolfleet_[a-z_]+)\b", expr))
+    """The toolfleet metric names ``expr`` reads (label names in matchers and
+    ``label_values(metric, label)``'s label are not metrics)."""
+    expr = re.sub(r",\s*\w+\s*\)", ")", expr) if expr.startswith("label_values(") else expr
+    names = set(re.findall(r"\b(toolfleet_[a-z_]+)\b(?!\s*(?:=|!=|=~|!~))", expr))
     out = set()
     for name in names:
         for suffix in ("_bucket", "_sum", "_count"):
@@ -332,11 +335,40 @@ def test_dashboard_and_alerts_use_only_metrics_the_code_defines() -> None:
     """Every metric name in the Grafana dashboard and the alert rules exists in the code."""
     dashboard = json.loads((ROOT / "deploy/grafana/toolfleet.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    exprs += [v["query"]["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
     rules = yaml.safe_load((ROOT / "deploy/prometheus/alerts.yml").read_text())
     exprs += [rule["expr"] for group in rules["groups"] for rule in group["rules"]]
     used = set().union(*(_metric_names_in(e) for e in exprs))
     known = _registered_metric_names()
     assert used and used <= known, sorted(used - known)
+
+
+def test_dashboard_filters_by_its_variables_over_grafanas_rate_interval() -> None:
+    """The dashboard has namespace, queue_group, queue and function variables; every rate
+    window is $__rate_interval; each query filters on the variables its series carry (the
+    queue group label being the one the PodMonitor copies from the pods)."""
+    dashboard = json.loads((ROOT / "deploy/grafana/toolfleet.json").read_text())
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert {"namespace", "queue_group", "queue", "function"} <= set(variables)
+    for name in ("namespace", "queue_group", "queue", "function"):
+        assert variables[name]["includeAll"] and variables[name]["allValue"] == ".*"
+    monitor = yaml.safe_load((ROOT / "deploy/k8s/base/podmonitor.yaml").read_text())
+    (pod_label,) = monitor["spec"]["podTargetLabels"]
+    group_label = re.sub(r"[^a-zA-Z0-9_]", "_", pod_label)  # as prometheus-operator writes it
+    assert group_label in variables["queue_group"]["query"]["query"]
+    fleet_wide = {"toolfleet_queue_depth", "toolfleet_dead_letters", "toolfleet_queue_workers"}
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            expr = target["expr"]
+            windows = re.findall(r"\[([^\]]+)\]", expr)
+            assert all(w == "$__rate_interval" for w in windows), expr
+            metrics = _metric_names_in(expr)
+            if metrics & fleet_wide:
+                assert 'queue=~"$queue"' in expr and 'namespace=~"$namespace"' in expr, expr
+            elif not any(m.startswith("toolfleet_client_") for m in metrics):
+                assert f'{group_label}=~"$queue_group"' in expr, expr
+            if "by (function)" in expr or "_tool_call_duration_" in expr:
+                assert 'function=~"$function"' in expr, expr
 
 
 def test_alert_rules_are_valid() -> None:
