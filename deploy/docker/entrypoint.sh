@@ -1,6 +1,7 @@
 #!/bin/sh
 # Empty the prometheus-client multiprocess directory, then become the command (exec):
-# the command runs as PID 1 and gets the container's SIGTERM directly.
+# the command is tini's one child (tini is PID 1, reaping orphans) and gets the
+# container's SIGTERM from it, once.
 # A container restarted inside the same pod keeps its emptyDir; stale files of the dead
 # processes would otherwise be summed into the new ones' metrics.
 set -eu

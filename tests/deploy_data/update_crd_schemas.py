@@ -9,7 +9,7 @@ Sources (``npm pack``, nothing installed, no JavaScript run):
 - ``@kubernetes-models/keda@0.3.2``: KEDA v2.10.1 CRDs (``ScaledObject``,
   ``TriggerAuthentication``);
 - ``@kubernetes-models/prometheus-operator@4.0.0``: prometheus-operator v0.57.0 CRDs
-  (``PodMonitor``);
+  (``PodMonitor``, ``PrometheusRule``);
 - ``@kubernetes-models/apimachinery@1.2.2``: ``ObjectMeta`` and what it references.
 
 These are the newest releases that carry each schema as a JSON literal
@@ -46,6 +46,10 @@ KINDS = {
     "monitoring.coreos.com_v1_PodMonitor.json": (
         "prometheus-operator",
         "monitoring.coreos.com/v1/PodMonitor.js",
+    ),
+    "monitoring.coreos.com_v1_PrometheusRule.json": (
+        "prometheus-operator",
+        "monitoring.coreos.com/v1/PrometheusRule.js",
     ),
 }
 _REGISTER = re.compile(r'register\)\("([^"]+)", schema\)')
