@@ -45,7 +45,7 @@ def redis_server_binary() -> str:
     found = shutil.which("redis-server")
     if found:
         return found
-    from toolfleet.worker.embedded import redis_server_binary as embedded_binary
+    from toolfleet.worker.devtools.embedded_redis import redis_server_binary as embedded_binary
 
     return embedded_binary()
 

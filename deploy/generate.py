@@ -36,7 +36,7 @@ import yaml
 from toolfleet.shared.naming import queue_msgs_key
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.tool import Extension
-from toolfleet.worker.loader import load_entry_points, load_spec
+from toolfleet.worker.registry.loader import load_entry_points, load_spec
 
 __all__ = [
     "GROUPS_FILE",

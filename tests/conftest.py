@@ -58,7 +58,7 @@ def redis_url() -> Iterator[str]:
         REDIS_USED.append("the Redis on 127.0.0.1:6379")
         yield "redis://127.0.0.1:6379/0"
         return
-    from toolfleet.worker.embedded import EmbeddedRedis, redis_server_binary
+    from toolfleet.worker.devtools.embedded_redis import EmbeddedRedis, redis_server_binary
 
     try:
         server = EmbeddedRedis()
@@ -122,7 +122,13 @@ class Fleet:
     def worker_pids(self) -> list[int]:
         """The live worker processes: the supervisor's children running the worker module."""
         out = subprocess.run(
-            ["pgrep", "-P", str(self.process.pid), "-f", "toolfleet.worker.process"],
+            [
+                "pgrep",
+                "-P",
+                str(self.process.pid),
+                "-f",
+                "toolfleet.worker.supervision.worker_process",
+            ],
             capture_output=True,
             text=True,
             check=False,

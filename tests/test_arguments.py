@@ -6,7 +6,7 @@ import pytest
 from pydantic import BaseModel
 
 from toolfleet.shared.errors import InvalidArgumentsError
-from toolfleet.worker.arguments import parse_arguments
+from toolfleet.worker.pipeline.arguments import parse_arguments
 
 
 class Binomial(BaseModel):

@@ -297,7 +297,7 @@ def test_tools_lists_the_catalog(fleet: Fleet) -> None:
 def test_a_frozen_redis_never_holds_a_caller_past_its_deadline() -> None:
     """With Redis frozen (SIGSTOP), concurrent calls and a whole turn still return by their
     deadline, answered timeout or not_available."""
-    from toolfleet.worker.embedded import EmbeddedRedis
+    from toolfleet.worker.devtools.embedded_redis import EmbeddedRedis
 
     with EmbeddedRedis() as server:
         ns = f"tffrozen-{uuid.uuid4().hex[:6]}"

@@ -573,7 +573,7 @@ def test_cpu_heavy_arguments_are_bounded_in_the_schema() -> None:
 
 def test_every_builtin_function_is_idempotent() -> None:
     """The BFCL functions are pure: all are declared idempotent, so a crash re-runs them."""
-    from toolfleet.worker.toolkit import Toolkit
+    from toolfleet.worker.pipeline.calls import Toolkit
 
     toolkit = Toolkit()
     toolkit.add_extension(extension)

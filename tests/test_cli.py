@@ -14,7 +14,7 @@ import pytest
 
 from conftest import BFCL_DATA, Fleet, toolfleet_command
 from proctree import all_gone, cmdline, descendants
-from toolfleet.worker.embedded import redis_server_binary
+from toolfleet.worker.devtools.embedded_redis import redis_server_binary
 
 
 def _run(
@@ -35,7 +35,9 @@ def _run(
 
 def _workers_of(pid: int) -> set[int]:
     """The live worker processes below ``pid`` (their command lines hold no namespace)."""
-    return {p for p in descendants(pid) if "toolfleet.worker.process" in cmdline(p)}
+    return {
+        p for p in descendants(pid) if "toolfleet.worker.supervision.worker_process" in cmdline(p)
+    }
 
 
 def _children(pid: int) -> set[int]:

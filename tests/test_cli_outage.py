@@ -31,7 +31,7 @@ COMMANDS = [
     ["switch", "delete", "ext_fleet_test_add"],
     ["extensions", "check", "--no-entry-points"],
     ["call", "ext_fleet_test_add", '{"a": 1, "b": 2}'],
-    ["replay", str(TESTS.parent / "worker" / "samples" / "demo.jsonl")],
+    ["replay", str(TESTS.parent / "worker" / "devtools" / "samples" / "demo.jsonl")],
     ["demo"],
 ]
 

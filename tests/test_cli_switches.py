@@ -16,7 +16,7 @@ from conftest import TESTS, Fleet, start_fleet, toolfleet_command
 from toolfleet.producer import ToolClient
 from toolfleet.shared.naming import switches_key
 from toolfleet.shared.settings import Settings
-from toolfleet.worker.cli import cli
+from toolfleet.worker.cli.main import cli
 
 ADD = "ext_fleet_test_add"
 

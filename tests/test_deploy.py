@@ -30,8 +30,8 @@ import pytest
 from toolfleet.shared.naming import queue_msgs_key
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.tool import Extension
-from toolfleet.worker.cli import cli
-from toolfleet.worker.loader import load_all
+from toolfleet.worker.cli.main import cli
+from toolfleet.worker.registry.loader import load_all
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 ROOT = Path(__file__).resolve().parents[1]
@@ -464,7 +464,7 @@ def test_worker_command_lines_parse_with_the_real_cli(overlay: str) -> None:
 def test_worker_probes_are_http_routes_the_supervisor_serves(overlay: str) -> None:
     """Startup and liveness probes GET /livez, readiness GET /readyz, on the container's
     metrics port (where the supervisor serves them beside /metrics)."""
-    from toolfleet.worker.exposition import LIVE_PATH, READY_PATH
+    from toolfleet.worker.supervision.exposition import LIVE_PATH, READY_PATH
 
     for deployment in _workers(_rendered(overlay)):
         container = _container(deployment)
@@ -530,7 +530,7 @@ def test_one_exporter_serves_the_fleet_wide_gauges_and_is_scraped(overlay: str) 
     """One `toolfleet exporter` replica, never two at once (Recreate), its command parsed by
     the real CLI, probed on /livez and /readyz and scraped by its own PodMonitor; the worker
     PodMonitor does not select it."""
-    from toolfleet.worker.exposition import LIVE_PATH, READY_PATH
+    from toolfleet.worker.supervision.exposition import LIVE_PATH, READY_PATH
 
     docs = _rendered(overlay)
     (deployment,) = [

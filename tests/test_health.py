@@ -8,7 +8,7 @@ import threading
 import time
 from pathlib import Path
 
-from toolfleet.worker.health import check_live, remove_heartbeat, write_heartbeat
+from toolfleet.worker.supervision.health import check_live, remove_heartbeat, write_heartbeat
 
 
 def test_stale_file_of_a_reused_pid_does_not_count(tmp_path: Path) -> None:

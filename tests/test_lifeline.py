@@ -154,7 +154,9 @@ def test_killed_demo_leaves_no_process(tmp_path: Path) -> None:
         _wait_for(marker.exists, 120, "the demo did not start the tool")
         time.sleep(0.3)
         pids = descendants(demo.pid)
-        assert any("toolfleet.worker.process" in cmdline(p) for p in pids), _describe(pids)
+        assert any("toolfleet.worker.supervision.worker_process" in cmdline(p) for p in pids), (
+            _describe(pids)
+        )
         demo.send_signal(signal.SIGKILL)
         demo.wait()
         left = all_gone(pids, within_s=2.0)

@@ -18,7 +18,7 @@ from toolfleet.shared.wire import Status, ToolCallRequest
 types = pytest.importorskip("mcp_types", reason="the MCP SDK (toolfleet[mcp]) is not installed")
 
 from toolfleet.worker.mcp.tools import local_names, result_value  # noqa: E402
-from toolfleet.worker.toolkit import Toolkit  # noqa: E402
+from toolfleet.worker.pipeline.calls import Toolkit  # noqa: E402
 
 PROBE = Path(__file__).resolve().parent / "mcp_servers" / "probe_server.py"
 

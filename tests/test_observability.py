@@ -229,17 +229,17 @@ def test_signals_and_events_one_of_each_kind_per_call_without_secrets_or_argumen
     """In-process subscribers and the events stream see tool_presented, tool_requested and
     tool_responded once per call, with the planted secret and the arguments absent."""
     from toolfleet.shared.signals import tool_presented, tool_requested, tool_responded
-    from toolfleet.worker.actors import Worker
-    from toolfleet.worker.ledger import Ledger
-    from toolfleet.worker.loader import load_spec
-    from toolfleet.worker.toolkit import Toolkit
+    from toolfleet.worker.messaging.actors import MessageHandler
+    from toolfleet.worker.pipeline.calls import Toolkit
+    from toolfleet.worker.pipeline.ledger import Ledger
+    from toolfleet.worker.registry.loader import load_spec
 
     secret = "sk-signal-" + uuid.uuid4().hex
     monkeypatch.setenv("TFTEST_GUARDED_API_KEY", secret)
     ns = f"{namespace}-sig-{uuid.uuid4().hex[:6]}"
     toolkit = Toolkit(worker_id="test:1", namespace=ns)
     toolkit.add_extension(load_spec("guarded_ext:extension"))
-    worker = Worker(toolkit, Ledger(r, ns, "test:1", 60, 10), max_arguments_bytes=10_000)
+    worker = MessageHandler(toolkit, Ledger(r, ns, "test:1", 60, 10), max_arguments_bytes=10_000)
     seen: dict[str, list[dict[str, Any]]] = {"presented": [], "requested": [], "responded": []}
 
     def keep(kind: str) -> Any:
@@ -289,7 +289,7 @@ def test_signals_and_events_one_of_each_kind_per_call_without_secrets_or_argumen
 
 
 def _present_tools(r: redis.Redis, ns: str, toolkit: Any) -> None:
-    from toolfleet.worker.catalog import CatalogPublisher
+    from toolfleet.worker.supervision.heartbeat import CatalogPublisher
 
     CatalogPublisher(r, ns, toolkit, {"tools.guarded"}, 1.0, 10.0).publish()
     url = r.connection_pool.connection_kwargs
@@ -318,7 +318,7 @@ def _metric_names_in(expr: str) -> set[str]:
 
 def _registered_metric_names() -> set[str]:
     from toolfleet.producer import metrics as producer_metrics
-    from toolfleet.worker import metrics as worker_metrics
+    from toolfleet.worker.supervision import metrics as worker_metrics
 
     names: set[str] = set()
     for module in (worker_metrics, producer_metrics):

@@ -15,7 +15,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from conftest import Fleet
-from toolfleet.worker.entry import missing_extra_hint
+from toolfleet.worker.cli.entry import missing_extra_hint
 
 ROOT = Path(__file__).resolve().parents[1]
 # Modules a producer must not need: the worker extra's, the embedded servers'. (Dramatiq is
@@ -165,7 +165,7 @@ def test_wheel_holds_only_toolfleet_and_every_subpackage(wheel: Path) -> None:
         for init in (ROOT / folder).rglob("__init__.py"):
             assert f"toolfleet/{init.relative_to(ROOT).as_posix()}" in names
         assert f"toolfleet/{folder}/py.typed" in names
-    assert "toolfleet/worker/samples/demo.jsonl" in names
+    assert "toolfleet/worker/devtools/samples/demo.jsonl" in names
     assert not any(n.startswith(("toolfleet/tests", "toolfleet/deploy")) for n in names)
 
 

@@ -518,7 +518,7 @@ def test_tool_past_its_own_limit_is_answered_timeout() -> None:
     """Its own limit passing before the worker's, ext_python_run answers timeout (not crashed)."""
     from toolfleet.shared.manifest import ToolOptions
     from toolfleet.shared.wire import ToolCallRequest, new_call_id
-    from toolfleet.worker.toolkit import Toolkit
+    from toolfleet.worker.pipeline.calls import Toolkit
 
     own_limit_s = 0.5
     built = make_extension(slug="python-own-limit", timeout_s=own_limit_s)

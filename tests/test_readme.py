@@ -8,7 +8,7 @@ import click
 from click.testing import CliRunner
 
 from conftest import TESTS
-from toolfleet.worker.cli import cli
+from toolfleet.worker.cli.main import cli
 
 README = TESTS.parent / "README.md"
 SHELL_FENCES = {"bash", "sh", "shell", "console"}

@@ -28,7 +28,7 @@ from toolfleet.producer import ToolClient
 from toolfleet.shared import Status, codec
 from toolfleet.shared.naming import actor_name_for, brokers_key, claim_key
 from toolfleet.shared.wire import ReplyEnvelope, ToolCallResult
-from toolfleet.worker.ledger import owner_of
+from toolfleet.worker.pipeline.ledger import owner_of
 
 #: The thread tools of tests/guarantee_tools.py without its process tools (no tool child
 #: processes to start, so a fleet is up in seconds).
@@ -544,7 +544,7 @@ def test_messages_dramatiq_would_choke_on_are_dead_lettered(
 @pytest.mark.parametrize("keep_data", [False, True], ids=["data-lost", "data-kept"])
 def test_redis_restart_under_load(tmp_path: Path, keep_data: bool) -> None:
     """Redis restart under 500 calls: no process dies, none resolves late, service resumes."""
-    from toolfleet.worker.embedded import EmbeddedRedis
+    from toolfleet.worker.devtools.embedded_redis import EmbeddedRedis
 
     with EmbeddedRedis() as server:
         ns = f"tfrestart-{uuid.uuid4().hex[:6]}"

@@ -16,9 +16,9 @@ from pydantic import BaseModel, ConfigDict
 
 from toolfleet.shared import Extension, ExtensionContext, ExtensionToolError, Tool
 from toolfleet.shared.wire import ToolCallRequest, ToolCallResult, ToolEvent
-from toolfleet.worker.logs import JsonFormatter
-from toolfleet.worker.observe import Observer
-from toolfleet.worker.toolkit import Toolkit
+from toolfleet.worker.pipeline.calls import Toolkit
+from toolfleet.worker.pipeline.observe import Observer
+from toolfleet.worker.supervision.logs import JsonFormatter
 
 #: Set by each example: the value the tools leak.
 PLANTED: dict[str, str] = {}

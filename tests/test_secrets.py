@@ -29,7 +29,7 @@ from toolfleet.extensions.python._sandbox import unavailable_reason
 from toolfleet.producer import ToolClient
 from toolfleet.shared.errors import ConfigurationError
 from toolfleet.shared.wire import Status
-from toolfleet.worker.embedded import redis_server_binary
+from toolfleet.worker.devtools.embedded_redis import redis_server_binary
 
 #: The same tool without a boundary, loaded by the fleet as a positive control: the scan
 #: below must find the secrets from there, or it proves nothing.
@@ -169,7 +169,9 @@ def test_no_fleet_process_has_a_secret_in_its_command_line(
         assert kept.status is Status.OK  # the interpreter of a conversation stays alive
         pids = tree(fleet.process.pid)
     lines = {pid: cmdline(pid) for pid in pids}
-    assert len([c for c in lines.values() if "toolfleet.worker.process" in c]) == 2, lines
+    assert (
+        len([c for c in lines.values() if "toolfleet.worker.supervision.worker_process" in c]) == 2
+    ), lines
     assert any("repl.py" in c for c in lines.values()), lines
     assert any("forkserver" in c for c in lines.values()), lines
     for pid, line in lines.items():

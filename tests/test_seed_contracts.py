@@ -267,7 +267,7 @@ def test_a_disabled_tool_is_refused_by_the_worker_too(
     finally:
         sys.path.remove(str(TESTS))
     from toolfleet.shared import ToolCallRequest
-    from toolfleet.worker.toolkit import Toolkit
+    from toolfleet.worker.pipeline.calls import Toolkit
 
     runs = flags["runs"].with_name("unit-runs")
     monkeypatch.setenv("TFTEST_WEATHER_FLAG", str(flags["flag"].with_name("never-there")))
@@ -344,7 +344,7 @@ def test_a_ragflow_plugin_file_named_alone_becomes_an_extension(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """--extension offset_adder:OffsetAdderPlugin without a manifest: slug from the module."""
-    from toolfleet.worker.loader import load_spec
+    from toolfleet.worker.registry.loader import load_spec
 
     monkeypatch.syspath_prepend(str(SEEDS / "ragflow_plugin"))
     extension = load_spec("offset_adder:OffsetAdderPlugin")

@@ -25,7 +25,7 @@ from toolfleet.shared.export import export_tools
 from toolfleet.shared.naming import extension_for, function_name, function_names, tool_name_for
 from toolfleet.shared.plugin import MetadataPlugin
 from toolfleet.shared.toolkit import Toolkit as DefToolkit
-from toolfleet.worker.toolkit import Toolkit
+from toolfleet.worker.pipeline.calls import Toolkit
 
 PARAMETERS = {
     "type": "object",

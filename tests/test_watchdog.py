@@ -15,8 +15,8 @@ from toolfleet.producer import ToolClient
 from toolfleet.shared import Status
 from toolfleet.shared.naming import brokers_key, inflight_key
 from toolfleet.shared.wire import ReplyEnvelope, ToolCallRequest, ToolCallResult, new_call_id
-from toolfleet.worker.ledger import InFlight
-from toolfleet.worker.watchdog import Watchdog
+from toolfleet.worker.pipeline.ledger import InFlight
+from toolfleet.worker.supervision.watchdog import Watchdog
 
 P = "ext_promise_"
 

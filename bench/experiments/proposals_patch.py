@@ -119,7 +119,7 @@ class InProcessRunner:''',
     p.write_text(s)
 
 if "idle" in which:
-    p = root / "worker/consumer.py"
+    p = root / "worker/messaging/broker.py"
     s = p.read_text()
     s = s.replace(
         """#: Seconds to pause when the prefetch window is full""",
@@ -193,7 +193,7 @@ if "listener" in which:
 
 if "ackpipe" in which:
     sub(
-        "worker/ledger.py",
+        "worker/pipeline/ledger.py",
         '''        events: list[dict[str, Any]] | None = None,
     ) -> None:
         """Record the outcome, post the reply, append lifecycle events (one round trip).''',
@@ -203,7 +203,7 @@ if "ackpipe" in which:
         """Record the outcome, post the reply, append lifecycle events (one round trip).''',
     )
     sub(
-        "worker/ledger.py",
+        "worker/pipeline/ledger.py",
         """            pipe.expire(request.reply_to, self.reply_ttl_s)
             pipe.execute()
 
@@ -216,7 +216,7 @@ if "ackpipe" in which:
         self._retrying(request, "answer", write)""",
     )
     sub(
-        "worker/actors.py",
+        "worker/messaging/actors.py",
         """        try:
             self.ledger.finish(request, result, events)
         except codec.EncodeError as exc:""",
@@ -228,7 +228,7 @@ if "ackpipe" in which:
         except codec.EncodeError as exc:""",
     )
     sub(
-        "worker/actors.py",
+        "worker/messaging/actors.py",
         """def _arguments_size(request: ToolCallRequest) -> int:""",
         '''def _ack_in(message: Any) -> Any:
     """Add Dramatiq's ack of ``message`` to a pipeline (the consumer then skips its own)."""
@@ -252,15 +252,15 @@ if "ackpipe" in which:
 
 def _arguments_size(request: ToolCallRequest) -> int:''',
     )
-    sub("worker/actors.py", "import logging\n", "import logging\nimport time\n")
+    sub("worker/messaging/actors.py", "import logging\n", "import logging\nimport time\n")
     sub(
-        "worker/actors.py",
+        "worker/messaging/actors.py",
         "from dramatiq.brokers.redis import RedisBroker\n",
         "from dramatiq.brokers.redis import RedisBroker\n"
         "from dramatiq.middleware import CurrentMessage\n",
     )
     sub(
-        "worker/consumer.py",
+        "worker/messaging/broker.py",
         '''        """Acknowledge, retrying for up to ``ACK_RETRY_S`` while Redis is unreachable."""
 ''',
         '''        """Acknowledge, retrying for up to ``ACK_RETRY_S`` while Redis is unreachable."""
@@ -272,7 +272,7 @@ def _arguments_size(request: ToolCallRequest) -> int:''',
 print("patched2", root, which)
 
 if "split" in which:
-    p = root / "worker/consumer.py"
+    p = root / "worker/messaging/broker.py"
     s = p.read_text()
     s = s.replace(
         """#: Seconds to pause when the prefetch window is full""",

@@ -41,8 +41,8 @@ def init_child(
     its GIL); the kernel then kills this child, whatever its tool is doing.
     """
     die_with_parent()
-    from toolfleet.worker.loader import load_all
-    from toolfleet.worker.toolkit import Toolkit
+    from toolfleet.worker.pipeline.calls import Toolkit
+    from toolfleet.worker.registry.loader import load_all
 
     _forget_metric_files()
 
@@ -69,11 +69,12 @@ def init_child(
 def _forget_metric_files() -> None:
     """Remove the multiprocess metric files prometheus-client made for this child.
 
-    multiprocessing re-imports the parent's main module (``toolfleet.worker.process``) in
-    each child, which creates the unlabelled gauges (``toolfleet_worker_up``,
-    ``toolfleet_stuck_threads``) and their files for the child's pid: a live child would
-    export ``worker_up 0`` and each killed one would leave its series behind for good. A
-    child records no metrics of its own (its parent counts its calls), so its files go.
+    multiprocessing re-imports the parent's main module
+    (``toolfleet.worker.supervision.worker_process``) in each child, which creates the
+    unlabelled gauges (``toolfleet_worker_up``, ``toolfleet_stuck_threads``) and their
+    files for the child's pid: a live child would export ``worker_up 0`` and each killed
+    one would leave its series behind for good. A child records no metrics of its own (its
+    parent counts its calls), so its files go.
     """
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if not directory:

@@ -1,6 +1,6 @@
 """The MCP servers of one worker process: their loop thread, their sessions, their targets.
 
-One :class:`McpServers` per :class:`~toolfleet.worker.toolkit.Toolkit`. Its sessions run
+One :class:`McpServers` per :class:`~toolfleet.worker.pipeline.calls.Toolkit`. Its sessions run
 on one daemon thread with its own asyncio loop (so an ``async`` tool that blocks the
 tools' loop cannot stall them, and the thread that spawns the stdio servers lives as
 long as the process: their parent-death signal is tied to it).
@@ -25,10 +25,10 @@ from toolfleet.shared.errors import ConfigurationError
 from toolfleet.shared.mcp_config import McpServerConfig, expand_settings
 from toolfleet.shared.spec import ToolSpec
 from toolfleet.shared.tool import Extension
-from toolfleet.worker import metrics
 from toolfleet.worker.mcp import launch
 from toolfleet.worker.mcp.connection import HttpTarget, McpConnection, StdioTarget, Target
 from toolfleet.worker.mcp.tools import result_value, tool_specs
+from toolfleet.worker.supervision import metrics
 
 __all__ = ["BASE_ENV", "McpServers", "resolve_command", "target_for"]
 

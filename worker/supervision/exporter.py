@@ -20,15 +20,15 @@ import redis
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from toolfleet.shared.errors import ConfigurationError
-from toolfleet.worker.exposition import (
+from toolfleet.worker.supervision.exposition import (
     LIVE_PATH,
     READY_PATH,
     QueueCollector,
     listen,
     probe_app,
 )
-from toolfleet.worker.health import HealthReport
-from toolfleet.worker.redis_factory import redis_client
+from toolfleet.worker.supervision.health import HealthReport
+from toolfleet.worker.supervision.redis_factory import redis_client
 
 __all__ = ["DEFAULT_PORT", "fleet_registry", "run_exporter", "serve_exporter"]
 

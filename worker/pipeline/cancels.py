@@ -8,8 +8,8 @@ import threading
 import redis
 
 from toolfleet.shared.naming import cancel_channel
-from toolfleet.worker.redis_factory import redis_client
-from toolfleet.worker.toolkit import Toolkit
+from toolfleet.worker.pipeline.calls import Toolkit
+from toolfleet.worker.supervision.redis_factory import redis_client
 
 __all__ = ["CancelListener"]
 

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ValidationError
 from toolfleet.shared import codec
 from toolfleet.shared.errors import InvalidArgumentsError
 from toolfleet.shared.nulls import drop_default_nulls
-from toolfleet.worker.surrogates import replace_lone_surrogates
+from toolfleet.worker.pipeline.surrogates import replace_lone_surrogates
 
 __all__ = ["parse_arguments"]
 

@@ -22,10 +22,11 @@ from toolfleet.shared.naming import (
     mcp_servers_key,
     workers_key,
 )
-from toolfleet.worker.slots import SlotJanitor
-from toolfleet.worker.toolkit import Toolkit
+from toolfleet.worker.messaging.maintenance import run_maintenance
+from toolfleet.worker.messaging.slots import SlotJanitor
+from toolfleet.worker.pipeline.calls import Toolkit
 
-__all__ = ["CatalogPublisher", "run_maintenance"]
+__all__ = ["CatalogPublisher"]
 
 log = logging.getLogger("toolfleet.worker.catalog")
 
@@ -142,14 +143,3 @@ class CatalogPublisher:
                 self.publish()
             except redis.RedisError as exc:
                 log.warning("catalog heartbeat failed: %s", exc)
-
-
-def run_maintenance(broker: RedisBroker, queue: str) -> None:
-    """Run Dramatiq's dispatch script with maintenance forced on (a read-only ``qsize``)."""
-    broker.scripts["dispatch"](
-        keys=[broker.namespace],
-        args=[
-            "qsize", int(time.time() * 1000), queue, broker.broker_id, broker.heartbeat_timeout,
-            broker.dead_message_ttl, 1, broker._max_unpack_size(),  # type: ignore[no-untyped-call]
-        ],
-    )  # fmt: skip

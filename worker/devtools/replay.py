@@ -28,7 +28,7 @@ from toolfleet.producer.client import CallFuture
 from toolfleet.shared import codec
 from toolfleet.shared.naming import function_name
 from toolfleet.shared.wire import ToolCallResult
-from toolfleet.worker.compare import bit_exact, matches
+from toolfleet.worker.devtools.replay_match import bit_exact, matches
 
 __all__ = ["Expected", "ReplayReport", "load_cases", "replay", "sample_file"]
 

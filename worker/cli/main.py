@@ -28,14 +28,14 @@ from toolfleet.shared.naming import default_queue_for
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.urls import redacted_url
 from toolfleet.shared.wire import Status, ToolCallResult
-from toolfleet.worker.cli_admin import extensions, switch
-from toolfleet.worker.cli_mcp import mcp
-from toolfleet.worker.cli_ops import events, exporter, health, top
-from toolfleet.worker.cli_support import EXIT_FAILED, CliState, ToolfleetGroup, global_options
-from toolfleet.worker.fleet import LocalFleet
-from toolfleet.worker.redis_factory import load_factory
-from toolfleet.worker.replay import ReplayReport, load_cases, replay, sample_file
-from toolfleet.worker.supervisor import Supervisor, WorkerOptions
+from toolfleet.worker.cli.admin import extensions, switch
+from toolfleet.worker.cli.mcp_serve import mcp
+from toolfleet.worker.cli.ops import events, exporter, health, top
+from toolfleet.worker.cli.support import EXIT_FAILED, CliState, ToolfleetGroup, global_options
+from toolfleet.worker.devtools.local_fleet import LocalFleet
+from toolfleet.worker.devtools.replay import ReplayReport, load_cases, replay, sample_file
+from toolfleet.worker.supervision.redis_factory import load_factory
+from toolfleet.worker.supervision.supervisor import Supervisor, WorkerOptions
 
 __all__ = ["main"]
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from toolfleet.worker.redaction import Redactor
+from toolfleet.worker.pipeline.redaction import Redactor
 
 __all__ = ["CALL_FIELDS", "call_scope", "configure_logging"]
 

@@ -1,4 +1,4 @@
-"""Build the Dramatiq broker a worker process uses."""
+"""toolfleet's Dramatiq middleware: messages that are not tool calls fail and are answered."""
 
 from __future__ import annotations
 
@@ -8,12 +8,9 @@ from typing import Any
 import redis
 from dramatiq import Broker, Middleware
 from dramatiq.broker import MessageProxy
-from dramatiq.middleware import CurrentMessage, ShutdownNotifications, SkipMessage
+from dramatiq.middleware import SkipMessage
 
-from toolfleet.worker.consumer import FleetRedisBroker
-from toolfleet.worker.redis_factory import redis_client
-
-__all__ = ["FleetMiddleware", "fleet_middleware", "make_broker", "redis_client"]
+__all__ = ["FleetMiddleware"]
 
 
 class FleetMiddleware(Middleware):
@@ -68,32 +65,3 @@ class FleetMiddleware(Middleware):
     def _reject(self, message: MessageProxy, why: str) -> None:
         if self.reject is not None:
             self.reject(message.args[0] if message.args else None, why)
-
-
-def fleet_middleware(broker: FleetRedisBroker) -> FleetMiddleware:
-    """The :class:`FleetMiddleware` of a broker made by :func:`make_broker`."""
-    return next(m for m in broker.middleware if isinstance(m, FleetMiddleware))
-
-
-def make_broker(
-    url: str,
-    namespace: str,
-    middleware: list[Middleware] | None = None,
-    *,
-    factory: str | None = None,
-) -> FleetRedisBroker:
-    """A Redis broker for ``url`` (or ``factory``'s client), every key under ``namespace``.
-
-    Args:
-        url: Redis URL.
-        namespace: key prefix (Dramatiq's ``namespace``).
-        middleware: extra middleware added after toolfleet's own set.
-        factory: ``MODULE:ATTR`` of a ``redis.Redis`` factory, used instead of ``url``
-            (Dramatiq's ``RedisBroker`` takes the ready client).
-    """
-    stack: list[Middleware] = [FleetMiddleware(), CurrentMessage(), ShutdownNotifications()]
-    return FleetRedisBroker(  # type: ignore[no-untyped-call]
-        client=redis_client(url, factory=factory, health_check_interval=30),
-        namespace=namespace,
-        middleware=stack + list(middleware or []),
-    )

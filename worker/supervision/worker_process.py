@@ -1,6 +1,7 @@
 """One worker process: load extensions, run a Dramatiq ``Worker`` for the queues, drain on SIGTERM.
 
-Started by the supervisor as ``python -m toolfleet.worker.process ...``; not a public API.
+Started by the supervisor as ``python -m toolfleet.worker.supervision.worker_process ...``;
+not a public API.
 """
 
 from __future__ import annotations
@@ -22,19 +23,19 @@ import redis
 from toolfleet.shared.lifeline import die_with_parent
 from toolfleet.shared.naming import affinity_queue_for, brokers_key
 from toolfleet.shared.settings import Settings
-from toolfleet.worker import metrics
-from toolfleet.worker.actors import Worker, declare_actors, post_rejection
-from toolfleet.worker.broker import fleet_middleware, make_broker
-from toolfleet.worker.cancels import CancelListener
-from toolfleet.worker.catalog import CatalogPublisher
-from toolfleet.worker.health import remove_heartbeat, write_heartbeat
-from toolfleet.worker.ledger import Ledger
-from toolfleet.worker.loader import load_all
-from toolfleet.worker.logs import configure_logging
-from toolfleet.worker.reachability import wait_until_reachable
-from toolfleet.worker.redaction import Redactor
-from toolfleet.worker.slots import SlotJanitor
-from toolfleet.worker.toolkit import Toolkit
+from toolfleet.worker.messaging.actors import MessageHandler, declare_actors, post_rejection
+from toolfleet.worker.messaging.broker import fleet_middleware, make_broker
+from toolfleet.worker.messaging.slots import SlotJanitor
+from toolfleet.worker.pipeline.calls import Toolkit
+from toolfleet.worker.pipeline.cancels import CancelListener
+from toolfleet.worker.pipeline.ledger import Ledger
+from toolfleet.worker.pipeline.redaction import Redactor
+from toolfleet.worker.registry.loader import load_all
+from toolfleet.worker.supervision import metrics
+from toolfleet.worker.supervision.health import remove_heartbeat, write_heartbeat
+from toolfleet.worker.supervision.heartbeat import CatalogPublisher
+from toolfleet.worker.supervision.logs import configure_logging
+from toolfleet.worker.supervision.reachability import wait_until_reachable
 
 if TYPE_CHECKING:
     from toolfleet.worker.isolation.process import ProcessRunner
@@ -132,7 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     routes = {private: public for public, private in toolkit.affinity_routes.items()}
     declare_actors(
-        broker, Worker(toolkit, ledger, settings.max_arguments_bytes), queues, private=routes
+        broker,
+        MessageHandler(toolkit, ledger, settings.max_arguments_bytes),
+        queues,
+        private=routes,
     )
     broker.client.hset(brokers_key(settings.namespace), worker_id, broker.broker_id)
     publisher = CatalogPublisher(

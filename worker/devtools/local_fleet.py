@@ -13,8 +13,8 @@ import redis
 
 from toolfleet.shared.errors import ConfigurationError
 from toolfleet.shared.naming import workers_key
-from toolfleet.worker.embedded import EmbeddedRedis
-from toolfleet.worker.supervisor import Supervisor, WorkerOptions
+from toolfleet.worker.devtools.embedded_redis import EmbeddedRedis
+from toolfleet.worker.supervision.supervisor import Supervisor, WorkerOptions
 
 __all__ = ["LocalFleet"]
 

@@ -22,8 +22,8 @@ from toolfleet.shared.naming import (
     mcp_servers_key,
     switches_key,
 )
-from toolfleet.worker.loader import load_all
-from toolfleet.worker.toolkit import Toolkit
+from toolfleet.worker.pipeline.calls import Toolkit
+from toolfleet.worker.registry.loader import load_all
 
 __all__ = ["extensions", "switch"]
 

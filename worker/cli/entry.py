@@ -1,6 +1,6 @@
 """The ``toolfleet`` console script: the command line, or a one-line hint without it.
 
-The command line (``toolfleet.worker.cli``) needs the ``worker`` extra (click, rich,
+The command line (``toolfleet.worker.cli.main``) needs the ``worker`` extra (click, rich,
 pebble). A producer-only install has the script too, so a missing extra must read
 as what to install, not as an import traceback.
 """
@@ -37,7 +37,7 @@ def missing_extra_hint(error: ModuleNotFoundError) -> str | None:
 def main() -> None:
     """Run the command line; exit 1 with a one-line hint when the worker extra is missing."""
     try:
-        from toolfleet.worker.cli import main as cli_main
+        from toolfleet.worker.cli.main import main as cli_main
     except ModuleNotFoundError as error:
         hint = missing_extra_hint(error)
         if hint is None:

@@ -5,12 +5,12 @@ stops every thread of its process: the in-process time limit cannot fire, the re
 cannot be posted, other calls there cannot run. Nothing inside the process can help, so
 the supervisor runs this watchdog beside it. Each worker process records its running
 calls in ``<ns>:inflight:<worker id>`` with the time by which it answers them itself
-(the limit plus its isolation's margin; see :class:`~toolfleet.worker.ledger.InFlight`)
+(the limit plus its isolation's margin; see :class:`~toolfleet.worker.pipeline.ledger.InFlight`)
 and removes a record in the same atomic step that posts the call's reply.
 
 Every ``interval_s`` the watchdog reads the records of the supervisor's live processes.
 A record ``margin_s`` past its ``answer_by`` gets the ``timeout`` reply from here
-(through :func:`~toolfleet.worker.ledger.post_outcome`: if the process answered first,
+(through :func:`~toolfleet.worker.pipeline.ledger.post_outcome`: if the process answered first,
 nothing is posted; if it answers later, its late result is discarded), an error log line
 naming the tool, the call and the process, and a count in
 ``toolfleet_tool_overruns_total{function}``. A record still there ``grace_s`` later means
@@ -39,7 +39,7 @@ from pydantic import ValidationError
 
 from toolfleet.shared.naming import brokers_key, inflight_key
 from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallResult
-from toolfleet.worker.ledger import InFlight, Posted, post_outcome
+from toolfleet.worker.pipeline.ledger import InFlight, Posted, post_outcome
 
 __all__ = ["Watchdog", "start_watchdog"]
 

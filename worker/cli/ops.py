@@ -17,9 +17,9 @@ from rich.table import Column, Table
 
 from toolfleet.shared import codec
 from toolfleet.shared.naming import catalog_key, events_key, workers_key
-from toolfleet.worker.cli_support import Outage
-from toolfleet.worker.exporter import DEFAULT_PORT, run_exporter
-from toolfleet.worker.health import check_live, check_ready
+from toolfleet.worker.cli.support import Outage
+from toolfleet.worker.supervision.exporter import DEFAULT_PORT, run_exporter
+from toolfleet.worker.supervision.health import check_live, check_ready
 
 __all__ = ["events", "exporter", "health", "top"]
 

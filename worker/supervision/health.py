@@ -18,7 +18,7 @@ from pathlib import Path
 import redis
 
 from toolfleet.shared.errors import ConfigurationError
-from toolfleet.worker.redis_factory import redis_client
+from toolfleet.worker.supervision.redis_factory import redis_client
 
 __all__ = ["HealthReport", "check_live", "check_ready", "remove_heartbeat", "write_heartbeat"]
 
@@ -62,7 +62,7 @@ def _pid_alive(pid: int) -> bool:
         tgid = next(
             (line.split()[1] for line in status.splitlines() if line.startswith("Tgid:")), ""
         )
-        return tgid == str(pid) and b"toolfleet.worker.process" in cmdline
+        return tgid == str(pid) and b"toolfleet.worker.supervision.worker_process" in cmdline
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -8,7 +8,7 @@ import threading
 import redis
 
 from toolfleet.shared.urls import redacted_url
-from toolfleet.worker.redis_factory import redis_client
+from toolfleet.worker.supervision.redis_factory import redis_client
 
 __all__ = ["BACKOFF_S", "wait_until_reachable"]
 
@@ -30,7 +30,7 @@ def wait_until_reachable(
         url: Redis URL.
         stop: set to give up (e.g. by a SIGTERM handler); checked between attempts.
         factory: ``MODULE:ATTR`` of the operator's client factory, used instead of ``url``
-            (see :mod:`toolfleet.worker.redis_factory`).
+            (see :mod:`toolfleet.worker.supervision.redis_factory`).
         timeout_s: connect and read timeout of one attempt, seconds (URL clients only).
 
     Returns:

@@ -13,10 +13,10 @@ cancel marker says so, see :mod:`toolfleet.shared.cancels`).
 Another delivery of a claimed call never runs it again: the outcome exists (nothing more
 to do: the reply went out with it), or the claim's worker is alive (the call is running
 there; the duplicate is dropped), or it is this process (the same check, in memory, by
-:class:`~toolfleet.worker.actors.Worker`). Only a claim of a dead worker (stale heartbeat, or
-this worker id in a process that does not run the call: a reused pid) leads to a re-run,
-and only for an idempotent tool; otherwise the call is answered ``crashed`` ("not retried
-because the tool may have side effects").
+:class:`~toolfleet.worker.messaging.actors.MessageHandler`). Only a claim of a dead worker
+(stale heartbeat, or this worker id in a process that does not run the call: a reused
+pid) leads to a re-run, and only for an idempotent tool; otherwise the call is answered
+``crashed`` ("not retried because the tool may have side effects").
 
 While Redis is unreachable (a restart, a dropped connection) claiming and answering are
 retried with backoff until the call's deadline: the worker holds the message in memory,

@@ -24,6 +24,7 @@ import redis
 from dramatiq.brokers.redis import RedisBroker
 
 from toolfleet.shared.naming import actor_name_for, slots_key, workers_key
+from toolfleet.worker.messaging.maintenance import run_maintenance
 
 __all__ = ["SlotJanitor"]
 
@@ -89,8 +90,6 @@ class SlotJanitor:
         return bool(newest) and float(newest[0][1]) >= time.time() - self.stale_s
 
     def _hand_back(self, broker: RedisBroker, slot: str, queue: str) -> int:
-        from toolfleet.worker.catalog import run_maintenance  # a cycle otherwise
-
         run_maintenance(broker, slot)
         ns = broker.namespace
         ids = self.client.lrange(f"{ns}:{slot}", 0, MOVE_BATCH - 1)

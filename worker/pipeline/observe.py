@@ -9,8 +9,8 @@ from typing import Any
 from toolfleet.shared import codec
 from toolfleet.shared.signals import REDACTED, tool_requested, tool_responded
 from toolfleet.shared.wire import Status, ToolCallRequest, ToolCallResult
-from toolfleet.worker import metrics
-from toolfleet.worker.toolkit import Toolkit
+from toolfleet.worker.pipeline.calls import Toolkit
+from toolfleet.worker.supervision import metrics
 
 __all__ = ["Observer"]
 

@@ -24,14 +24,14 @@ from toolfleet.shared.naming import function_names
 from toolfleet.shared.spec import ToolSpec
 from toolfleet.shared.tool import Extension, ExtensionContext
 from toolfleet.shared.wire import Status, ToolCallRequest, ToolCallResult, ToolEvent
-from toolfleet.worker.arguments import parse_arguments
-from toolfleet.worker.ext_settings import load_settings, secret_values
 from toolfleet.worker.isolation.base import CallHandle, ChildToolError, Outcome
 from toolfleet.worker.isolation.inproc import InProcessRunner
-from toolfleet.worker.redaction import Redactor
-from toolfleet.worker.served import ServedTool
-from toolfleet.worker.surrogates import replace_lone_surrogates
-from toolfleet.worker.switches import SwitchBoard
+from toolfleet.worker.pipeline.arguments import parse_arguments
+from toolfleet.worker.pipeline.redaction import Redactor
+from toolfleet.worker.pipeline.surrogates import replace_lone_surrogates
+from toolfleet.worker.registry.extension_settings import load_settings, secret_values
+from toolfleet.worker.registry.served_tool import ServedTool
+from toolfleet.worker.registry.switches import SwitchBoard
 
 if TYPE_CHECKING:
     from toolfleet.worker.isolation.process import ProcessRunner
@@ -559,7 +559,9 @@ class Toolkit:
         except (codec.EncodeError, codec.DecodeError) as exc:
             return self._crashed(request, exc, timings)
         if size > self.max_result_bytes:
-            from toolfleet.worker import metrics  # not at import: the CLI loads this module
+            from toolfleet.worker.supervision import (
+                metrics,  # not at import: the CLI loads this module
+            )
 
             metrics.OVERSIZE.labels("result").inc()
             message = (

@@ -23,7 +23,8 @@ from types import FrameType
 import redis
 
 from toolfleet.shared.settings import Settings
-from toolfleet.worker.exposition import (
+from toolfleet.worker.messaging.recovery import recover_dead_worker
+from toolfleet.worker.supervision.exposition import (
     LIVE_PATH,
     READY_PATH,
     Probe,
@@ -31,11 +32,10 @@ from toolfleet.worker.exposition import (
     prepare_multiprocess_dir,
     serve_metrics,
 )
-from toolfleet.worker.health import check_live, check_ready, remove_heartbeat
-from toolfleet.worker.reachability import wait_until_reachable
-from toolfleet.worker.recovery import recover_dead_worker
-from toolfleet.worker.redis_factory import redis_client
-from toolfleet.worker.watchdog import start_watchdog
+from toolfleet.worker.supervision.health import check_live, check_ready, remove_heartbeat
+from toolfleet.worker.supervision.reachability import wait_until_reachable
+from toolfleet.worker.supervision.redis_factory import redis_client
+from toolfleet.worker.supervision.watchdog import start_watchdog
 
 __all__ = ["Supervisor", "WorkerOptions"]
 
@@ -97,7 +97,7 @@ class WorkerOptions:
         argv = [
             sys.executable,
             "-m",
-            "toolfleet.worker.process",
+            "toolfleet.worker.supervision.worker_process",
             "--parent-pid",
             str(os.getpid()),
             "--index",

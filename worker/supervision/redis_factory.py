@@ -71,7 +71,7 @@ def redis_client(url: str, *, factory: str | None = None, **options: Any) -> red
     Args:
         url: ``redis://``, ``rediss://`` or ``unix://`` URL (unused with a factory).
         factory: ``MODULE:ATTR`` of a callable returning a ``redis.Redis`` (see
-            :mod:`toolfleet.worker.redis_factory`); ``options`` do not apply to it.
+            :mod:`toolfleet.worker.supervision.redis_factory`); ``options`` do not apply to it.
         **options: keyword arguments of ``redis.Redis.from_url``.
 
     Raises:

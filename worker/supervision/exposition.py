@@ -1,7 +1,7 @@
 """The supervisor's ``/metrics`` (every worker process's samples) and the fleet-wide gauges.
 
 The supervisor serves per-process series only; :class:`QueueCollector`'s fleet-wide gauges
-are served once per fleet by ``toolfleet exporter`` (:mod:`toolfleet.worker.exporter`).
+are served once per fleet by ``toolfleet exporter`` (:mod:`toolfleet.worker.supervision.exporter`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 
 from toolfleet.shared import codec
 from toolfleet.shared.naming import catalog_key, workers_key
-from toolfleet.worker.health import HealthReport
-from toolfleet.worker.redis_factory import redis_client
+from toolfleet.worker.supervision.health import HealthReport
+from toolfleet.worker.supervision.redis_factory import redis_client
 
 __all__ = [
     "LIVE_PATH",

@@ -26,13 +26,18 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
+from dramatiq import Middleware
 from dramatiq.broker import MessageProxy
 from dramatiq.brokers.redis import RedisBroker, _RedisConsumer
 from dramatiq.common import dq_name, q_name
 from dramatiq.errors import ConnectionClosed
 from dramatiq.message import Message
+from dramatiq.middleware import CurrentMessage, ShutdownNotifications
 
-__all__ = ["FleetRedisBroker", "WaitingConsumer", "unusable"]
+from toolfleet.worker.messaging.middleware import FleetMiddleware
+from toolfleet.worker.supervision.redis_factory import redis_client
+
+__all__ = ["FleetRedisBroker", "WaitingConsumer", "fleet_middleware", "make_broker", "unusable"]
 
 logger = logging.getLogger("toolfleet.worker.consumer")
 
@@ -323,3 +328,32 @@ class FleetRedisBroker(RedisBroker):
         if queue_name == dq_name(q_name(queue_name)):
             return super().consume(queue_name, prefetch, timeout)
         return WaitingConsumer(self, queue_name, prefetch, timeout)
+
+
+def fleet_middleware(broker: FleetRedisBroker) -> FleetMiddleware:
+    """The :class:`FleetMiddleware` of a broker made by :func:`make_broker`."""
+    return next(m for m in broker.middleware if isinstance(m, FleetMiddleware))
+
+
+def make_broker(
+    url: str,
+    namespace: str,
+    middleware: list[Middleware] | None = None,
+    *,
+    factory: str | None = None,
+) -> FleetRedisBroker:
+    """A Redis broker for ``url`` (or ``factory``'s client), every key under ``namespace``.
+
+    Args:
+        url: Redis URL.
+        namespace: key prefix (Dramatiq's ``namespace``).
+        middleware: extra middleware added after toolfleet's own set.
+        factory: ``MODULE:ATTR`` of a ``redis.Redis`` factory, used instead of ``url``
+            (Dramatiq's ``RedisBroker`` takes the ready client).
+    """
+    stack: list[Middleware] = [FleetMiddleware(), CurrentMessage(), ShutdownNotifications()]
+    return FleetRedisBroker(  # type: ignore[no-untyped-call]
+        client=redis_client(url, factory=factory, health_check_interval=30),
+        namespace=namespace,
+        middleware=stack + list(middleware or []),
+    )

@@ -16,15 +16,15 @@ from toolfleet.shared import codec
 from toolfleet.shared.limits import deadline_problem
 from toolfleet.shared.naming import actor_name_for
 from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallRequest, ToolCallResult
-from toolfleet.worker import metrics
 from toolfleet.worker.isolation.base import KILL_MARGIN_S
 from toolfleet.worker.isolation.inproc import LOOP_MARGIN_S
-from toolfleet.worker.ledger import InFlight, Ledger, Posted
-from toolfleet.worker.logs import call_scope
-from toolfleet.worker.observe import Observer
-from toolfleet.worker.toolkit import DEADLINE_GRACE_S, Toolkit
+from toolfleet.worker.pipeline.calls import DEADLINE_GRACE_S, Toolkit
+from toolfleet.worker.pipeline.ledger import InFlight, Ledger, Posted
+from toolfleet.worker.pipeline.observe import Observer
+from toolfleet.worker.supervision import metrics
+from toolfleet.worker.supervision.logs import call_scope
 
-__all__ = ["RejectedMessage", "Worker", "declare_actors"]
+__all__ = ["MessageHandler", "RejectedMessage", "declare_actors"]
 
 log = logging.getLogger("toolfleet.worker.actors")
 
@@ -49,7 +49,7 @@ class RejectedMessage(Exception):  # noqa: N818 - Dramatiq "throws" exception, n
     """
 
 
-class Worker:
+class MessageHandler:
     """Answers messages: the body of every queue's actor.
 
     Args:
@@ -257,7 +257,7 @@ def _size_bound(raw: Any) -> int:
 
 def declare_actors(
     broker: RedisBroker,
-    worker: Worker,
+    handler: MessageHandler,
     queues: set[str],
     *,
     private: dict[str, str] | None = None,
@@ -266,7 +266,7 @@ def declare_actors(
 
     Args:
         broker: this process's broker.
-        worker: answers the messages.
+        handler: answers the messages.
         queues: the queues served.
         private: queue only this process's slot consumes -> the queue it stands in for
             (session affinity); its calls are answered and counted as that queue's.
@@ -276,7 +276,7 @@ def declare_actors(
     for queue, counted_as in sorted(served.items()):
 
         def call_tool(raw: Any, *, _queue: str = counted_as) -> None:
-            worker.handle(raw, _queue)
+            handler.handle(raw, _queue)
 
         declare = dramatiq.actor(
             actor_name=actor_name_for(queue),

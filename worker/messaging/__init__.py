@@ -1,0 +1,1 @@
+"""The Dramatiq side: the broker and its consumers, middleware, actors, maintenance."""

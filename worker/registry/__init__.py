@@ -1,0 +1,1 @@
+"""What a worker process serves: extensions found and loaded, their settings, switches."""

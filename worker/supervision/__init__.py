@@ -1,0 +1,1 @@
+"""Worker processes and their health: supervisor, heartbeats, watchdog, metrics, logs."""
