@@ -18,8 +18,9 @@ from toolfleet.shared.errors import (
     UnknownFunctionError,
 )
 from toolfleet.shared.settings import Settings
+from toolfleet.shared.status import Status
 from toolfleet.shared.tool import Extension, ExtensionContext, Tool
-from toolfleet.shared.wire import CallContext, Status, ToolCallRequest, ToolCallResult
+from toolfleet.shared.wire import CallContext, ToolCallRequest, ToolCallResult
 
 __all__ = [
     # tool protocol

@@ -25,7 +25,9 @@ Each wire status maps to exactly one class (:data:`ERROR_FOR_STATUS`), so
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from toolfleet.shared.status import Status
 
 if TYPE_CHECKING:
     from toolfleet.shared.wire import ToolCallResult
@@ -98,7 +100,8 @@ class ToolCallError(ToolfleetError):
             status, or ``None`` when the error was raised by tool code itself.
     """
 
-    status: str = ""
+    #: the status this error stands for (``None`` only on this base class)
+    status: ClassVar[Status | None] = None
 
     def __init__(self, message: str = "", *, result: ToolCallResult | None = None) -> None:
         super().__init__(message)
@@ -116,58 +119,58 @@ class ExtensionToolError(ToolCallError):
     content is ``{"error": "city not found"}``, with no traceback.
     """
 
-    status = "tool_error"
+    status = Status.TOOL_ERROR
 
 
 class InvalidArgumentsError(ToolCallError):
     """``invalid_arguments``: the arguments did not parse or validate."""
 
-    status = "invalid_arguments"
+    status = Status.INVALID_ARGUMENTS
 
 
 class UnknownFunctionError(ToolCallError):
     """``unknown_function``: no tool of that name exists in the fleet."""
 
-    status = "unknown_function"
+    status = Status.UNKNOWN_FUNCTION
 
 
 class NotAvailableError(ToolCallError):
     """``not_available``: the tool exists but no live worker serves it, or not for this account."""
 
-    status = "not_available"
+    status = Status.NOT_AVAILABLE
 
 
 class ToolTimeoutError(ToolCallError):
     """``timeout``: no result within the time limit or the caller's deadline."""
 
-    status = "timeout"
+    status = Status.TIMEOUT
 
 
 class CanceledError(ToolCallError):
     """``canceled``: the call was canceled before it finished."""
 
-    status = "canceled"
+    status = Status.CANCELED
 
 
 class ExpiredError(ToolCallError):
     """``expired``: the deadline had passed when a worker took the call; it did not run."""
 
-    status = "expired"
+    status = Status.EXPIRED
 
 
 class CrashedError(ToolCallError):
     """``crashed``: the tool raised an unexpected exception or its worker died."""
 
-    status = "crashed"
+    status = Status.CRASHED
 
 
 class RejectedError(ToolCallError):
     """``rejected``: the request could not be decoded or was refused before running."""
 
-    status = "rejected"
+    status = Status.REJECTED
 
 
-ERROR_FOR_STATUS: dict[str, type[ToolCallError]] = {
+ERROR_FOR_STATUS: dict[Status, type[ToolCallError]] = {
     cls.status: cls
     for cls in (
         ExtensionToolError,
@@ -180,4 +183,5 @@ ERROR_FOR_STATUS: dict[str, type[ToolCallError]] = {
         CrashedError,
         RejectedError,
     )
+    if cls.status is not None
 }

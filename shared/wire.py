@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import time
 import uuid
-from enum import StrEnum
 from typing import Any, Literal, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from toolfleet.shared import codec
 from toolfleet.shared.errors import ERROR_FOR_STATUS
+from toolfleet.shared.status import Status
 
 __all__ = [
     "CallContext",
@@ -33,21 +33,6 @@ __all__ = [
     "ToolEvent",
     "new_call_id",
 ]
-
-
-class Status(StrEnum):
-    """Terminal status of a tool call (the ``status`` field of a result)."""
-
-    OK = "ok"
-    TOOL_ERROR = "tool_error"
-    INVALID_ARGUMENTS = "invalid_arguments"
-    UNKNOWN_FUNCTION = "unknown_function"
-    NOT_AVAILABLE = "not_available"
-    TIMEOUT = "timeout"
-    CANCELED = "canceled"
-    EXPIRED = "expired"
-    CRASHED = "crashed"
-    REJECTED = "rejected"
 
 
 def new_call_id() -> str:
@@ -195,7 +180,7 @@ class ToolCallResult(BaseModel):
         self._raise()
 
     def _raise(self) -> NoReturn:
-        error_class = ERROR_FOR_STATUS[self.status.value]
+        error_class = ERROR_FOR_STATUS[self.status]
         raise error_class(self.error or self.status.value, result=self)
 
     @classmethod

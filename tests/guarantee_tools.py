@@ -10,7 +10,8 @@ import time
 import redis
 from pydantic import BaseModel, ConfigDict, Field
 
-from toolfleet.shared import Extension, ExtensionContext, Tool
+from toolfleet.shared import Extension, ExtensionContext, Status, Tool
+from toolfleet.shared.errors import ERROR_FOR_STATUS, NotAvailableError
 
 
 def _redis() -> redis.Redis:
@@ -93,6 +94,42 @@ class ProcessQuick(Tool):
         return os.getpid()
 
 
+class StatusArguments(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    status: str = Field(description="A non-ok status, or 'quota' for a subclass of one.")
+
+
+class QuotaExhausted(NotAvailableError):
+    """A tool's own subclass of a status error (it answers not_available)."""
+
+
+def _raise_status(status: str) -> None:
+    if status == "quota":
+        raise QuotaExhausted("the daily quota is used up")
+    raise ERROR_FOR_STATUS[Status(status)](f"raised {status}")
+
+
+class RaiseStatus(Tool):
+    """Raise the error class of the status asked for."""
+
+    name = "raise_status"
+    arguments_model = StatusArguments
+
+    def call(self, arguments: StatusArguments, context: ExtensionContext) -> None:
+        _raise_status(arguments.status)
+
+
+class ProcessRaiseStatus(Tool):
+    """Raise the error class of the status asked for, in a child process."""
+
+    name = "process_raise_status"
+    arguments_model = StatusArguments
+    isolation = "process"
+
+    def call(self, arguments: StatusArguments, context: ExtensionContext) -> None:
+        _raise_status(arguments.status)
+
+
 class Count(Tool):
     """INCR a Redis key each time it runs, then sleep (not idempotent)."""
 
@@ -173,6 +210,8 @@ extension = Extension(
         ProcessTicks,
         WatchCancel,
         Crash,
+        RaiseStatus,
+        ProcessRaiseStatus,
     ],
     timeout_s=5.0,
 )

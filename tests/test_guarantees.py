@@ -130,3 +130,18 @@ def test_producer_refuses_oversize_arguments(gclient: ToolClient) -> None:
     """Arguments over the size limit are rejected before anything is published."""
     result = gclient.call(G + "count", {"key": "x" * 2_000_000})
     assert result.status is Status.REJECTED and "over the limit" in str(result.content)
+
+
+@pytest.mark.parametrize("tool", ["raise_status", "process_raise_status"])
+def test_a_tool_raising_a_status_error_is_answered_that_status(
+    gclient: ToolClient, tool: str
+) -> None:
+    """Every ToolCallError subclass a tool raises, its own subclasses included, is answered
+    with its status and message (not crashed), in thread and process isolation."""
+    for status in (s for s in Status if s is not Status.OK):
+        result = gclient.call(G + tool, {"status": status.value}, timeout_s=30)
+        assert (result.status, result.content) == (status, {"error": f"raised {status}"})
+        assert result.worker is not None  # answered by the worker, not the producer
+    result = gclient.call(G + tool, {"status": "quota"}, timeout_s=30)
+    assert result.status is Status.NOT_AVAILABLE
+    assert result.content == {"error": "the daily quota is used up"}

@@ -39,8 +39,9 @@ def test_every_non_ok_status_maps_to_exactly_one_error_class() -> None:
     non_ok = [s.value for s in Status if s is not Status.OK]
     assert sorted(errors.ERROR_FOR_STATUS) == sorted(non_ok)
     assert len(set(errors.ERROR_FOR_STATUS.values())) == len(non_ok)
-    for cls in errors.ERROR_FOR_STATUS.values():
+    for status, cls in errors.ERROR_FOR_STATUS.items():
         assert issubclass(cls, errors.ToolCallError)
+        assert cls.status is status and type(status) is Status
 
 
 @pytest.mark.parametrize("status", [s for s in Status if s is not Status.OK])

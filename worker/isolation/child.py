@@ -1,7 +1,7 @@
 """Code that runs inside a ``process``-isolation child (started by :mod:`.process`).
 
 The child loads the same extensions as its worker process (its initializer), then runs
-one tool call per task. Results and :class:`ExtensionToolError` travel back pickled; any
+one tool call per task. Results and :class:`ToolCallError` subclasses travel back pickled; any
 other exception travels back as :class:`ChildToolError` text (it may not pickle).
 """
 
@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from toolfleet.shared.errors import ExtensionToolError
+from toolfleet.shared.errors import ToolCallError
 from toolfleet.shared.lifeline import die_with_parent
 from toolfleet.shared.tool import ExtensionContext
 from toolfleet.worker.isolation.base import ChildToolError
@@ -97,7 +97,8 @@ def call_in_child(
     """Validate ``arguments`` again and run ``function``; return its JSON-able value.
 
     Raises:
-        ExtensionToolError: the tool's own error for the model.
+        ToolCallError: the status the tool answers (``ExtensionToolError``: its own error
+            for the model; any other subclass: that class's status).
         ChildToolError: any other exception, as text.
     """
     toolkit = _state["toolkit"]
@@ -122,8 +123,8 @@ def call_in_child(
         if hasattr(value, "model_dump"):
             value = value.model_dump(mode="json")
         return value
-    except ExtensionToolError as exc:
-        raise ExtensionToolError(str(exc)) from None
+    except ToolCallError as exc:  # a status the tool answers (tool_error, timeout, ...)
+        raise type(exc)(exc.message) from None
     except BaseException as exc:  # noqa: BLE001 - carried back as text
         raise ChildToolError(f"{type(exc).__name__}: {exc}", traceback.format_exc()) from None
 

@@ -16,7 +16,6 @@ from toolfleet.shared import codec
 from toolfleet.shared.catalog import CatalogEntry, refusal
 from toolfleet.shared.errors import (
     ConfigurationError,
-    ExtensionToolError,
     InvalidArgumentsError,
     ToolCallError,
 )
@@ -43,11 +42,6 @@ log = logging.getLogger("toolfleet.worker")
 
 #: What the model reads when a tool fails unexpectedly (the traceback stays in the log).
 CRASH_MESSAGE = "the tool failed unexpectedly; the error was logged (ref {ref})"
-#: Statuses a tool may answer by raising the status's :class:`ToolCallError` subclass
-#: (e.g. ``ToolTimeoutError`` from a tool that enforces its own limit); any other
-#: exception is ``crashed``.
-_TOOL_RAISABLE = frozenset(s.value for s in Status) - {Status.OK.value}
-
 _CLASH = "%s clashes with another extension's tool: served as %s"
 #: Seconds past the caller's deadline a call bound by it may run: the producer resolves it
 #: at the deadline and marks it resolved, so the worker's own ``timeout`` is not posted.
@@ -544,10 +538,11 @@ class Toolkit:
             message = f"the tool did not finish within {limit_s:.3g} s"
             return self._failure(request, Status.TIMEOUT, message, timings)
         error = outcome.error
-        if isinstance(error, ExtensionToolError):
-            return self._failure(request, Status.TOOL_ERROR, str(error), timings)
-        if isinstance(error, ToolCallError) and error.status in _TOOL_RAISABLE:
-            return self._failure(request, Status(error.status), str(error), timings)
+        # a tool answers a status by raising its error class (ExtensionToolError: tool_error,
+        # ToolTimeoutError from a tool enforcing its own limit: timeout); anything else crashed
+        raised = error.status if isinstance(error, ToolCallError) else None
+        if raised is not None and raised is not Status.OK:
+            return self._failure(request, raised, str(error), timings)
         if error is not None:
             return self._crashed(request, error, timings)
         value = outcome.value
