@@ -139,8 +139,15 @@ def affinity_queue_for(queue: str, slot: str) -> str:
 
 
 def actor_name_for(queue: str) -> str:
-    """The Dramatiq actor that serves ``queue`` (one generic actor per queue)."""
-    return "toolfleet_call__" + _NOT_NAME.sub("_", queue)
+    """The Dramatiq actor that serves ``queue`` (one generic actor per queue).
+
+    ``toolfleet_call__<queue>``, the queue name unchanged: two queues never share an
+    actor (``tools.a-b`` and ``tools.a_b`` would both become ``tools_a_b`` if the name
+    were sanitised, and Dramatiq keeps one actor per name). Actor names may hold any
+    text; queue names are Dramatiq's (letters, digits, ``.``, ``_``, ``-``), which
+    Dramatiq checks when the actor is declared.
+    """
+    return "toolfleet_call__" + queue
 
 
 def reply_key(namespace: str, client_id: str) -> str:

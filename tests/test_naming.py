@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
+from pathlib import Path
+
+from conftest import start_fleet
+from toolfleet.producer import ToolClient
+from toolfleet.shared import Status
 from toolfleet.shared.naming import (
     FUNCTION_NAME_RE,
     actor_name_for,
@@ -27,4 +33,23 @@ def test_long_names_are_cut_with_a_stable_hash() -> None:
 def test_queue_and_actor_names() -> None:
     """Queues are tools.<slug>; each queue has its own actor name."""
     assert default_queue_for("bfcl") == "tools.bfcl"
-    assert actor_name_for("tools.a-b") != actor_name_for("tools.c")
+    queues = ["tools.a-b", "tools.a_b", "tools.a.b", "tools.c", "tools.a-b.slot.h-1-0"]
+    assert len({actor_name_for(q) for q in queues}) == len(queues)
+
+
+def test_queues_differing_in_dash_and_underscore_are_served_by_two_actors(
+    redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """A worker serving queues tools.a-b and tools.a_b answers the calls of both, each by
+    its own extension."""
+    extra = ["--extension", "queue_names_ext:dash", "--extension", "queue_names_ext:underscore"]
+    ns = f"{namespace}-q-{uuid.uuid4().hex[:6]}"
+    fleet = start_fleet(redis_url, ns, tmp_path / "worker.log", processes=1, extra=extra)
+    try:
+        with ToolClient(redis_url, namespace=ns) as client:
+            dash = client.call("ext_a_b_dash", {}, timeout_s=30)
+            underscore = client.call("ext_a_b_underscore", {}, timeout_s=30)
+        assert (dash.status, dash.content) == (Status.OK, "a-b"), dash
+        assert (underscore.status, underscore.content) == (Status.OK, "a_b"), underscore
+    finally:
+        fleet.stop()
