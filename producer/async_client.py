@@ -57,6 +57,7 @@ from toolfleet.shared.export import export_tools
 from toolfleet.shared.extension_errors import current_errors
 from toolfleet.shared.naming import cancel_channel, cancel_key, extension_errors_key, reply_key
 from toolfleet.shared.settings import Settings
+from toolfleet.shared.tenancy.enqueue import QuotaDefaults, Refused
 from toolfleet.shared.wire import CallContext, Status, ToolCallRequest, ToolCallResult
 
 __all__ = ["COMMAND_CONNECTIONS", "AsyncCallFuture", "AsyncToolClient"]
@@ -158,7 +159,9 @@ class AsyncToolClient:
         self._catalog = AsyncCatalogReader(
             self._redis, self.namespace, self.settings.catalog_cache_s, self.settings.worker_ttl_s
         )
-        self._publisher = AsyncPublisher(self._redis, self.namespace)
+        self._publisher = AsyncPublisher(
+            self._redis, self.namespace, QuotaDefaults.from_settings(self.settings)
+        )
         self._slots = AsyncInFlightLimit(self.max_in_flight)
         self._lengths = QueueLengths(self.settings.max_queue_length)
         self._routes = Routes()
@@ -249,7 +252,11 @@ class AsyncToolClient:
         self._register(request, future, None)
         try:
             # never past the deadline: an unconfirmed publish is settled by the deadline
-            await self._publisher.publish(admitted, request, wait_s=request.deadline - time.time())
+            over = await self._publisher.publish(
+                admitted, request, wait_s=request.deadline - time.time()
+            )
+            if over is not None:  # over a quota: nothing was published
+                self._over_quota(request, over)
         except redis.RedisError as exc:
             self._publish_failed(request, exc)
         return future
@@ -503,6 +510,11 @@ class AsyncToolClient:
             _done(future, local_result(request, Status.REJECTED, "the client is closed"))
             raise ClientClosedError("the client is closed") from None
 
+    def _over_quota(self, request: ToolCallRequest, refused: Refused) -> None:
+        """Resolve a call the enqueue script refused (over a quota: nothing published)."""
+        content = refused.result(request).content
+        self._listener.resolve(request.id, Status.REJECTED, "", content=content)
+
     def _publish_failed(self, request: ToolCallRequest, exc: BaseException) -> None:
         """Resolve a call whose publish failed, unless it may have reached Redis."""
         if never_sent(exc):
@@ -593,7 +605,9 @@ class AsyncToolClient:
             [(q, r) for _, q, r, _ in sent], wait_s=deadline - time.time()
         )
         for (index, _, request, future), outcome in zip(sent, outcomes, strict=True):
-            if outcome is not None:
+            if isinstance(outcome, Refused):  # over a quota: nothing was published
+                self._over_quota(request, outcome)
+            elif outcome is not None:
                 self._publish_failed(request, outcome)
             if future.done() and outcome is not None:
                 state.answer(index, future.result())  # never published: no ``queued``

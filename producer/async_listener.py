@@ -139,12 +139,25 @@ class AsyncReplyListener:
         self._pending[request.id] = _Pending(request, future, on_event, timer)
         future.add_done_callback(self._settled)
 
-    def resolve(self, call_id: str, status: Status, message: str) -> bool:
-        """Resolve a pending call now with a ``status`` result; False when not pending."""
+    def resolve(
+        self,
+        call_id: str,
+        status: Status,
+        message: str,
+        *,
+        content: dict[str, Any] | None = None,
+    ) -> bool:
+        """Resolve a pending call now with a ``status`` result; False when not pending.
+
+        Its content is ``{"error": message}``, or ``content`` when given.
+        """
         entry = self._pending.pop(call_id, None)
         if entry is None:
             return False
-        _resolve(entry, entry.failure(status, message))
+        result = entry.failure(status, message)
+        if content is not None:
+            result = result.model_copy(update={"content": content})
+        _resolve(entry, result)
         return True
 
     @property

@@ -47,6 +47,7 @@ from toolfleet.shared.export import export_tools
 from toolfleet.shared.extension_errors import current_errors
 from toolfleet.shared.naming import cancel_channel, cancel_key, extension_errors_key, reply_key
 from toolfleet.shared.settings import Settings
+from toolfleet.shared.tenancy.enqueue import QuotaDefaults, Refused
 from toolfleet.shared.wire import CallContext, Status, ToolCallRequest, ToolCallResult
 
 __all__ = ["CallFuture", "ToolClient"]
@@ -155,7 +156,9 @@ class ToolClient:
         self._catalog = CatalogReader(
             self._redis, self.namespace, self.settings.catalog_cache_s, self.settings.worker_ttl_s
         )
-        self._publisher = Publisher(self._redis, self.namespace)
+        self._publisher = Publisher(
+            self._redis, self.namespace, QuotaDefaults.from_settings(self.settings)
+        )
         self._slots = InFlightLimit(self.max_in_flight)
         self._lengths = QueueLengths(self.settings.max_queue_length)
         self._routes = Routes()
@@ -251,7 +254,9 @@ class ToolClient:
                 raise backpressure_error(self.max_in_flight, max(0.0, wait_s))
         self._register(request, future, None)
         try:
-            self._publisher.publish(admitted, request)
+            over = self._publisher.publish(admitted, request)
+            if over is not None:  # over a quota: nothing was published
+                self._listener.resolve(request.id, over.result)
         except redis.RedisError as exc:
             self._publish_failed(request, exc)
         except Exception:
@@ -626,6 +631,8 @@ class ToolClient:
         for (index, _, request, future), outcome in zip(sent, outcomes, strict=True):
             if isinstance(outcome, redis.RedisError):
                 self._publish_failed(request, outcome)
+            elif isinstance(outcome, Refused):  # over a quota: nothing was published
+                self._listener.resolve(request.id, outcome.result)
             if future.done() and outcome is not None:
                 state.answer(index, future.result())  # never published: no ``queued``
             else:

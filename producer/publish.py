@@ -3,10 +3,12 @@
 The message body is built here and encoded with orjson: Dramatiq's encoder is
 process-global and the host application may use Dramatiq for its own tasks, so the
 producer never reads or changes it. The request itself travels as the message's one
-argument, a JSON string. Enqueuing runs Dramatiq's own Redis ``dispatch`` Lua script
-(the ``enqueue`` command: ``HSET <queue>.msgs id body`` + ``RPUSH <queue> id``), the
-one ``RedisBroker.enqueue`` runs, with queue maintenance left to the workers; several
-messages go in one pipeline (one round trip).
+argument, a JSON string. Enqueuing runs toolfleet's enqueue script
+(:mod:`toolfleet.shared.tenancy.enqueue`): what Dramatiq's ``dispatch`` ``enqueue``
+command does (``HSET <queue>.msgs id body`` + ``RPUSH``), on the account's lane, after
+checking the account's quotas in the same atomic step; queue maintenance is left to the
+workers. Several messages go in one pipeline (one round trip). A call over its quota
+comes back as a :class:`~toolfleet.shared.tenancy.enqueue.Refused` (nothing published).
 """
 
 from __future__ import annotations
@@ -15,8 +17,6 @@ import asyncio
 import time
 import uuid
 from collections.abc import Sequence
-from functools import cache
-from importlib.resources import files
 from typing import Any
 
 import orjson
@@ -24,22 +24,23 @@ import redis
 import redis.asyncio
 
 from toolfleet.shared.naming import actor_name_for
+from toolfleet.shared.tenancy.enqueue import (
+    ENQUEUE_SCRIPT,
+    QuotaDefaults,
+    Refused,
+    enqueue_call,
+    refused,
+)
 from toolfleet.shared.wire import ToolCallRequest
 
-__all__ = ["AsyncPublisher", "Publisher", "encode_message"]
+__all__ = ["AsyncPublisher", "Outcome", "Publisher", "encode_message"]
 
-#: Dramatiq's defaults for the dispatch script's heartbeat and dead-letter arguments, ms
-#: (only read by maintenance, which a producer never asks for).
-_HEARTBEAT_TIMEOUT_MS = 60_000
-_DEAD_MESSAGE_TTL_MS = 86_400_000 * 7
 #: Most messages sent in one pipeline.
 MAX_BATCH = 1000
 
-
-@cache
-def _dispatch_script() -> bytes:
-    """Dramatiq's ``dispatch.lua``, read from the installed package."""
-    return (files("dramatiq.brokers") / "redis" / "dispatch.lua").read_bytes()
+#: What publishing one request came to: ``None`` (enqueued), :class:`Refused` (over a
+#: quota: nothing published) or the error Redis answered.
+Outcome = BaseException | Refused | None
 
 
 def encode_message(queue: str, request: ToolCallRequest) -> tuple[str, bytes]:
@@ -58,28 +59,32 @@ def encode_message(queue: str, request: ToolCallRequest) -> tuple[str, bytes]:
 
 
 class _Dispatch:
-    """Arguments of Dramatiq's dispatch script for ``enqueue`` (one producer broker id)."""
+    """Keys and arguments of the enqueue script for one request."""
 
-    def __init__(self, namespace: str) -> None:
-        self.keys = [namespace]
-        self.broker_id = str(uuid.uuid4())
+    def __init__(self, namespace: str, quotas: QuotaDefaults | None) -> None:
+        self.namespace = namespace
+        self.quotas = quotas or QuotaDefaults()
 
-    def args(self, queue: str, request: ToolCallRequest) -> list[Any]:
+    def call(self, queue: str, request: ToolCallRequest) -> tuple[list[str], list[Any]]:
         redis_message_id, body = encode_message(queue, request)
-        # command, timestamp, queue, broker id, heartbeat timeout, dead message ttl,
-        # do maintenance, max unpack size (maintenance only), then the command's own
-        return [
-            "enqueue",
-            int(time.time() * 1000),
+        return enqueue_call(
+            self.namespace,
             queue,
-            self.broker_id,
-            _HEARTBEAT_TIMEOUT_MS,
-            _DEAD_MESSAGE_TTL_MS,
-            0,
-            1,
-            redis_message_id,
-            body,
-        ]
+            redis_message_id=redis_message_id,
+            body=body,
+            call_id=request.id,
+            account=request.context.account,
+            function=request.function,
+            deadline=request.deadline,
+            defaults=self.quotas,
+            now=time.time(),
+        )
+
+
+def _outcome(reply: Any) -> Outcome:
+    if isinstance(reply, BaseException):
+        return reply
+    return refused(reply)
 
 
 class Publisher:
@@ -88,45 +93,46 @@ class Publisher:
     Args:
         client: Redis client (shared with the rest of the producer).
         namespace: key prefix (Dramatiq's namespace).
+        quotas: quotas of accounts without their own (``None``: no limit).
     """
 
-    def __init__(self, client: redis.Redis, namespace: str) -> None:
+    def __init__(
+        self, client: redis.Redis, namespace: str, quotas: QuotaDefaults | None = None
+    ) -> None:
         self._client = client
-        self._dispatch = _Dispatch(namespace)
-        self._script = client.register_script(_dispatch_script())
+        self._dispatch = _Dispatch(namespace, quotas)
+        self._script = client.register_script(ENQUEUE_SCRIPT)
 
-    def publish(self, queue: str, request: ToolCallRequest) -> None:
-        """Enqueue one request on ``queue``.
+    def publish(self, queue: str, request: ToolCallRequest) -> Refused | None:
+        """Enqueue one request on ``queue``; a :class:`Refused` when over a quota.
 
         Raises:
             redis.RedisError: Redis could not be reached.
         """
-        self._script(keys=self._dispatch.keys, args=self._dispatch.args(queue, request))
+        keys, args = self._dispatch.call(queue, request)
+        return refused(self._script(keys=keys, args=args))
 
-    def publish_many(
-        self, items: Sequence[tuple[str, ToolCallRequest]]
-    ) -> list[BaseException | None]:
+    def publish_many(self, items: Sequence[tuple[str, ToolCallRequest]]) -> list[Outcome]:
         """Enqueue several requests in one pipeline.
 
         Args:
             items: ``(queue, request)`` pairs.
 
         Returns:
-            Per item, ``None`` when enqueued or the error Redis answered for it.
+            Per item, its :data:`Outcome`.
 
         Raises:
             redis.RedisError: the pipeline failed as a whole (e.g. Redis unreachable).
         """
-        outcomes: list[BaseException | None] = []
+        outcomes: list[Outcome] = []
         for start in range(0, len(items), MAX_BATCH):
             pipe = self._client.pipeline(transaction=False)
             chunk = items[start : start + MAX_BATCH]
             for queue, request in chunk:
-                self._script(
-                    keys=self._dispatch.keys, args=self._dispatch.args(queue, request), client=pipe
-                )
+                keys, args = self._dispatch.call(queue, request)
+                self._script(keys=keys, args=args, client=pipe)
             replies = pipe.execute(raise_on_error=False)
-            outcomes.extend(r if isinstance(r, BaseException) else None for r in replies)
+            outcomes.extend(_outcome(r) for r in replies)
         return outcomes
 
 
@@ -140,19 +146,22 @@ class AsyncPublisher:
     Args:
         client: asyncio Redis client.
         namespace: key prefix (Dramatiq's namespace).
+        quotas: quotas of accounts without their own (``None``: no limit).
     """
 
-    def __init__(self, client: redis.asyncio.Redis, namespace: str) -> None:
+    def __init__(
+        self, client: redis.asyncio.Redis, namespace: str, quotas: QuotaDefaults | None = None
+    ) -> None:
         self._client = client
-        self._dispatch = _Dispatch(namespace)
-        self._script = client.register_script(_dispatch_script())
-        self._waiting: list[tuple[list[Any], asyncio.Future[None]]] = []
+        self._dispatch = _Dispatch(namespace, quotas)
+        self._script = client.register_script(ENQUEUE_SCRIPT)
+        self._waiting: list[tuple[tuple[list[str], list[Any]], asyncio.Future[Refused | None]]] = []
         self._flushing: asyncio.Task[None] | None = None
 
     async def publish(
         self, queue: str, request: ToolCallRequest, *, wait_s: float | None = None
-    ) -> None:
-        """Enqueue one request on ``queue`` (in the next batch).
+    ) -> Refused | None:
+        """Enqueue one request on ``queue`` (next batch); a :class:`Refused` when over a quota.
 
         Args:
             queue: the queue.
@@ -164,12 +173,13 @@ class AsyncPublisher:
                 within ``wait_s`` (``redis.TimeoutError``; it may still be enqueued).
         """
         (outcome,) = await self.publish_many([(queue, request)], wait_s=wait_s)
-        if outcome is not None:
+        if isinstance(outcome, BaseException):
             raise outcome
+        return outcome
 
     async def publish_many(
         self, items: Sequence[tuple[str, ToolCallRequest]], *, wait_s: float | None = None
-    ) -> list[BaseException | None]:
+    ) -> list[Outcome]:
         """Enqueue several requests (in the next batch).
 
         Args:
@@ -179,13 +189,13 @@ class AsyncPublisher:
                 enqueued: its caller's deadline settles it).
 
         Returns:
-            Per item, ``None`` when enqueued, else the error.
+            Per item, its :data:`Outcome`.
         """
         loop = asyncio.get_running_loop()
-        futures: list[asyncio.Future[None]] = []
+        futures: list[asyncio.Future[Refused | None]] = []
         for queue, request in items:
-            future: asyncio.Future[None] = loop.create_future()
-            self._waiting.append((self._dispatch.args(queue, request), future))
+            future: asyncio.Future[Refused | None] = loop.create_future()
+            self._waiting.append((self._dispatch.call(queue, request), future))
             futures.append(future)
         if self._flushing is None:
             self._flushing = loop.create_task(self._flush())
@@ -195,25 +205,22 @@ class AsyncPublisher:
         for future in futures:
             if not future.done():  # its outcome is of no interest any more
                 future.add_done_callback(_consume)
-        return [
-            late if not f.done() else (f.exception() if not f.cancelled() else late)
-            for f in futures
-        ]
+        return [_future_outcome(f, late) for f in futures]
 
     async def _flush(self) -> None:
-        batch: list[tuple[list[Any], asyncio.Future[None]]] = []
+        batch: list[tuple[tuple[list[str], list[Any]], asyncio.Future[Refused | None]]] = []
         try:
             while self._waiting:
                 batch, self._waiting = self._waiting[:MAX_BATCH], self._waiting[MAX_BATCH:]
                 pipe = self._client.pipeline(transaction=False)
-                for args, _ in batch:
-                    await self._script(keys=self._dispatch.keys, args=args, client=pipe)
+                for (keys, args), _ in batch:
+                    await self._script(keys=keys, args=args, client=pipe)
                 try:
                     replies: list[Any] = await pipe.execute(raise_on_error=False)
                 except Exception as exc:  # noqa: BLE001 - handed to every waiting publisher
                     replies = [exc] * len(batch)
                 for (_, future), reply in zip(batch, replies, strict=True):
-                    _settle(future, reply if isinstance(reply, BaseException) else None)
+                    _settle(future, _outcome(reply))
                 batch = []
         finally:
             self._flushing = None
@@ -224,15 +231,21 @@ class AsyncPublisher:
             self._waiting = []
 
 
-def _consume(future: asyncio.Future[None]) -> None:
+def _consume(future: asyncio.Future[Refused | None]) -> None:
     if not future.cancelled():
         future.exception()  # retrieved: no "exception was never retrieved" warning
 
 
-def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
+def _future_outcome(future: asyncio.Future[Refused | None], late: BaseException) -> Outcome:
+    if not future.done() or future.cancelled():
+        return late
+    return future.exception() or future.result()
+
+
+def _settle(future: asyncio.Future[Refused | None], outcome: Outcome) -> None:
     if future.done():
         return
-    if error is None:
-        future.set_result(None)
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
     else:
-        future.set_exception(error)
+        future.set_result(outcome)

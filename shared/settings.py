@@ -50,6 +50,11 @@ class Settings(BaseSettings):
             folder holding a manifest is one extension, else each sub-folder that does.
         secrets_dir: folder of mounted secret files for extension settings (one file
             per setting, named like its environment variable).
+        quota_in_flight: calls an account may have in flight at once when it has no quota
+            of its own (``toolfleet limits set``); ``None``: no limit.
+        quota_per_s: calls per second an account may make when it has no quota of its
+            own; ``None``: no limit.
+        quota_burst: calls at once above ``quota_per_s`` (``None``: the rate rounded up).
     """
 
     model_config = SettingsConfigDict(env_prefix="TOOLFLEET_", extra="ignore")
@@ -77,6 +82,9 @@ class Settings(BaseSettings):
     health_stale_s: float = Field(default=30.0, gt=0)
     extension_paths: str = ""
     secrets_dir: Path | None = None
+    quota_in_flight: int | None = Field(default=None, ge=1)
+    quota_per_s: float | None = Field(default=None, gt=0)
+    quota_burst: int | None = Field(default=None, ge=1)
 
     def extension_folders(self) -> list[Path]:
         """``extension_paths`` split on ``os.pathsep`` (``:`` on Linux), empty parts dropped."""

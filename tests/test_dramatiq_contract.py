@@ -26,6 +26,7 @@ from dramatiq.message import Message
 
 from toolfleet.producer.publish import Publisher
 from toolfleet.shared.naming import actor_name_for, brokers_key
+from toolfleet.shared.tenancy.lanes import TOKEN, lane_key, shard_for
 from toolfleet.shared.wire import ToolCallRequest
 from toolfleet.worker.messaging.broker import FleetRedisBroker, WaitingConsumer, make_broker
 from toolfleet.worker.messaging.maintenance import run_maintenance
@@ -67,12 +68,20 @@ def _request(function: str = "ext_contract_tool") -> ToolCallRequest:
     )
 
 
+def _lanes(ns: str) -> list[str]:
+    """The two lanes of an account-less call on the contract queue."""
+    return [lane_key(ns, QUEUE, lane) for lane in shard_for(None)]
+
+
 def _publish(broker: RedisBroker, request: ToolCallRequest | None = None) -> str:
     """Publish one request through the producer's Publisher; return its Redis message id."""
     request = request or _request()
     Publisher(broker.client, broker.namespace).publish(QUEUE, request)
-    ids = broker.client.lrange(f"{broker.namespace}:{QUEUE}", -1, -1)
-    return ids[0].decode()
+    for lane in _lanes(broker.namespace):
+        ids = broker.client.lrange(lane, -1, -1)
+        if ids and broker.client.hexists(f"{broker.namespace}:{QUEUE}.msgs", ids[0]):
+            return str(ids[0].decode())
+    raise AssertionError("the request is on neither of its lanes")
 
 
 def test_dramatiq_is_the_pinned_version() -> None:
@@ -144,7 +153,9 @@ def test_dispatch_commands_and_key_layout(broker: FleetRedisBroker, ns: str) -> 
     message_id = _publish(broker, request)
     queue_key, msgs_key = f"{ns}:{QUEUE}", f"{ns}:{QUEUE}.msgs"
     acks_key = f"{ns}:__acks__.{broker.broker_id}.{QUEUE}"
-    assert r.lrange(queue_key, 0, -1) == [message_id.encode()]
+    # the queue list holds a lane token, the id waits on one of the account's lanes
+    assert r.lrange(queue_key, 0, -1) == [TOKEN.encode()]
+    assert sum(r.llen(lane) for lane in _lanes(ns)) == 1
     body = r.hget(msgs_key, message_id)
     message = Message.decode(body)
     assert message.message_id == request.id
@@ -152,15 +163,17 @@ def test_dispatch_commands_and_key_layout(broker: FleetRedisBroker, ns: str) -> 
     assert message.queue_name == QUEUE and message.actor_name == actor_name_for(QUEUE)
     assert ToolCallRequest.decode(message.args[0]) == request
 
-    assert broker.do_fetch(QUEUE, 10) == [body]  # fetch: queue → this broker's acks set
+    # fetch: token and lane → this broker's acks set
+    assert broker.fetch_with_ids(QUEUE, 10) == [(message_id, body)]
     assert r.llen(queue_key) == 0 and r.smembers(acks_key) == {message_id.encode()}
+    assert sum(r.llen(lane) for lane in _lanes(ns)) == 0
     beat = r.zscore(f"{ns}:__heartbeats__", broker.broker_id)
     assert beat is not None and abs(beat - time.time() * 1000) < 60_000
 
-    broker.do_requeue(QUEUE, message_id)  # requeue: acks → back on the queue
+    broker.do_requeue(QUEUE, message_id)  # requeue: acks → back on the queue list itself
     assert r.lrange(queue_key, 0, -1) == [message_id.encode()] and not r.smembers(acks_key)
 
-    broker.do_fetch(QUEUE, 10)
+    assert broker.fetch_with_ids(QUEUE, 10) == [(message_id, body)]  # a plain id is taken too
     broker.do_nack(QUEUE, message_id)  # nack: → dead-letter set, body moved
     assert r.zscore(f"{ns}:{QUEUE}.XQ", message_id) is not None
     assert r.hget(f"{ns}:{QUEUE}.XQ.msgs", message_id) == body
@@ -168,7 +181,7 @@ def test_dispatch_commands_and_key_layout(broker: FleetRedisBroker, ns: str) -> 
 
     second = _publish(broker)
     assert broker.do_qsize(QUEUE) == 1
-    broker.do_fetch(QUEUE, 10)
+    broker.fetch_with_ids(QUEUE, 10)
     broker.do_ack(QUEUE, second)  # ack: acks and body gone
     assert r.hget(msgs_key, second) is None and not r.smembers(acks_key)
     assert broker.do_qsize(QUEUE) == 0
@@ -182,7 +195,7 @@ def test_forced_maintenance_returns_a_dead_brokers_messages(
     dead = make_broker(redis_url, ns)
     try:
         message_id = _publish(broker)
-        assert dead.do_fetch(QUEUE, 10)
+        assert dead.fetch_with_ids(QUEUE, 10)
         dead_acks = f"{ns}:__acks__.{dead.broker_id}.{QUEUE}"
         assert r.smembers(dead_acks) == {message_id.encode()}
         r.zadd(f"{ns}:__heartbeats__", {dead.broker_id: 1})  # long dead
@@ -200,11 +213,13 @@ def test_recovery_reads_the_acks_layout(broker: FleetRedisBroker, redis_url: str
     dead = make_broker(redis_url, ns)
     try:
         held = _publish(broker)
-        assert dead.do_fetch(QUEUE, 1)
+        assert dead.fetch_with_ids(QUEUE, 1)
         waiting = _publish(broker)
         r.hset(brokers_key(ns), "host:1", dead.broker_id)
         assert recover_dead_worker(r, ns, "host:1") == 1
-        assert r.lrange(f"{ns}:{QUEUE}", 0, -1) == [held.encode(), waiting.encode()]
+        assert r.lrange(f"{ns}:{QUEUE}", 0, -1) == [held.encode(), TOKEN.encode()]
+        fetched = [redis_id for redis_id, _ in broker.fetch_with_ids(QUEUE, 2)]
+        assert fetched == [held, waiting]  # the held one first
         assert not r.exists(f"{ns}:__acks__.{dead.broker_id}.{QUEUE}")
         assert r.hget(brokers_key(ns), "host:1") is None
     finally:
@@ -244,7 +259,7 @@ def test_script_calls_survive_a_flushed_script_cache() -> None:
         publisher.publish(QUEUE, _request())  # explicit EVALSHA → NOSCRIPT → reloaded
         assert broker.do_qsize(QUEUE) == 2
         r.script_flush()
-        assert len(broker.do_fetch(QUEUE, 1)) == 1
+        assert len(broker.fetch_with_ids(QUEUE, 1)) == 1
         r.script_flush()
         run_maintenance(broker, QUEUE)
         size = broker.do_qsize(QUEUE)  # 2 messages, 1 of them also in the acks set

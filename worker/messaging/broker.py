@@ -5,8 +5,9 @@ to the worker timeout) before it polls again, so a call that arrives while a wor
 idle waits for the next poll. This consumer instead blocks in Redis with
 ``BLMOVE q q LEFT LEFT`` (pop the head and push it back: the list is unchanged, and
 the command returns as soon as the list is non-empty), then fetches with Dramatiq's
-own script. Message format, Lua script, acks, heartbeats and dead letters are
-Dramatiq's. A message that does not decode is dead-lettered on its own instead of
+fetch, which also takes from the queue's account lanes round-robin
+(:mod:`toolfleet.shared.tenancy.lanes`). Message format, acks, heartbeats and dead
+letters are Dramatiq's. A message that does not decode is dead-lettered on its own instead of
 failing the consumer (which would strand the messages fetched with it until Dramatiq
 noticed the worker as dead). So is one that decodes but that Dramatiq's worker could not
 handle safely (see :func:`unusable`): Dramatiq trusts the message's fields, and a body
@@ -34,6 +35,7 @@ from dramatiq.errors import ConnectionClosed
 from dramatiq.message import Message
 from dramatiq.middleware import CurrentMessage, ShutdownNotifications
 
+from toolfleet.shared.tenancy.lanes import LANES, TOKEN, cursor_key, lane_key
 from toolfleet.worker.messaging.middleware import FleetMiddleware
 from toolfleet.worker.supervision.redis_factory import redis_client
 
@@ -207,21 +209,40 @@ def unusable(message: Message[Any], queue_name: str) -> str:
     return ""
 
 
-#: KEYS: queue list, this broker's acks set, messages hash, heartbeats. ARGV: count, broker
-#: id, now (ms). Dramatiq's ``fetch`` (pop ids, add them to the acks set, read the bodies)
-#: and its heartbeat, returning ``{id, body or false, id, body or false, ...}``.
+#: KEYS: queue list, this broker's acks set, messages hash, heartbeats, lane cursor. ARGV:
+#: count, broker id, now (ms), lane key prefix, lanes. Dramatiq's ``fetch`` (pop ids, add
+#: them to the acks set, read the bodies) and its heartbeat, returning ``{id, body or
+#: false, id, body or false, ...}``; a lane token popped from the queue list is replaced by
+#: the head of the next non-empty lane after the cursor (round-robin, see
+#: :mod:`toolfleet.shared.tenancy.lanes`).
 _FETCH_WITH_IDS = """
 redis.call("zadd", KEYS[4], ARGV[3], ARGV[2])
+local lanes = tonumber(ARGV[5])
+local cursor = tonumber(redis.call("get", KEYS[5]) or "0") % lanes
 local out = {}
 for i = 1, math.min(tonumber(ARGV[1]), 1000) do
     local id = redis.call("lpop", KEYS[1])
     if not id then break end
-    redis.call("sadd", KEYS[2], id)
-    out[#out + 1] = id
-    out[#out + 1] = redis.call("hget", KEYS[3], id)
+    if id == "%(token)s" then
+        id = false
+        for step = 0, lanes - 1 do
+            local lane = (cursor + step) % lanes
+            id = redis.call("lpop", ARGV[4] .. lane)
+            if id then
+                cursor = (lane + 1) % lanes
+                break
+            end
+        end
+    end
+    if id then
+        redis.call("sadd", KEYS[2], id)
+        out[#out + 1] = id
+        out[#out + 1] = redis.call("hget", KEYS[3], id)
+    end
 end
+redis.call("set", KEYS[5], cursor)
 return out
-"""
+""".replace("%(token)s", TOKEN)
 
 
 def _mismatch(message: Message[Any], redis_id: str | None) -> str:
@@ -259,10 +280,10 @@ class FleetRedisBroker(RedisBroker):
     def fetch_with_ids(self, queue_name: str, count: int) -> list[tuple[str, bytes | None]]:
         """Fetch up to ``count`` messages as ``(redis id, body)`` pairs.
 
-        Dramatiq's own ``fetch`` command, plus the id each body is stored under (Dramatiq
-        returns bodies only and acknowledges by the id written *inside* the body, so a
-        body whose ``redis_message_id`` differs from its key would stay in ``.msgs`` for
-        good). A body that is gone is ``None``.
+        Dramatiq's own ``fetch`` command, taking from the queue's lanes round-robin, plus
+        the id each body is stored under (Dramatiq returns bodies only and acknowledges
+        by the id written *inside* the body, so a body whose ``redis_message_id`` differs
+        from its key would stay in ``.msgs`` for good). A body that is gone is ``None``.
 
         Raises:
             redis.RedisError: Redis failed.
@@ -274,8 +295,11 @@ class FleetRedisBroker(RedisBroker):
             self._acks_key(queue_name),
             f"{self.namespace}:{queue_name}.msgs",
             f"{self.namespace}:__heartbeats__",
+            cursor_key(self.namespace, queue_name),
         ]
-        flat = self._fetch_script(keys, [count, self.broker_id, int(time.time() * 1000)])
+        lanes = lane_key(self.namespace, queue_name, 0)[:-1]
+        now_ms = int(time.time() * 1000)
+        flat = self._fetch_script(keys, [count, self.broker_id, now_ms, lanes, LANES])
         pairs = []
         for i in range(0, len(flat), 2):
             redis_id = flat[i].decode() if isinstance(flat[i], bytes) else str(flat[i])
