@@ -1,33 +1,29 @@
-"""The reply listener: one connection and one thread for every call a client has in flight.
+"""The reply listener: one connection and two threads for every call a client has in flight.
 
-It blocks on the client's reply list (``BLPOP``), drains what else is there in the same
-wake-up, resolves the matching futures by request id, and resolves calls whose deadline
-passed with a ``timeout`` result, so no caller ever waits past its deadline. Event
-envelopes (``running``, ``progress``) go to the event sink the call was registered
-with, if any, in the order they were pushed; none comes after the call resolved.
+One thread blocks on the client's reply list (``BLPOP``), drains what else is there in
+the same wake-up and hands it to the pending-call table
+(:class:`~toolfleet.producer._core.pending.PendingTable`), which resolves the futures
+and routes the events. The other sleeps until the table's earliest deadline and hands
+the calls due to ``expire`` (which tells the fleet, then resolves them), so no caller
+waits past its deadline whatever Redis does.
 """
 
 from __future__ import annotations
 
-import heapq
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import redis
 
-from toolfleet.producer.hooks import fire_responded
-from toolfleet.shared import codec
-from toolfleet.shared.signals import tool_presented
-from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallRequest, ToolCallResult, ToolEvent
+from toolfleet.producer._core.fleet import outcomes_of, queue_resolved
+from toolfleet.producer._core.pending import PendingTable
 
-__all__ = ["EventSink", "ReplyListener", "count_late_reply", "observe_call", "present"]
-
-#: Receives the status events of one call (on the listener's thread).
-EventSink = Callable[[ToolEvent], None]
+__all__ = ["DRAIN_BATCH", "MARK_WAIT_S", "MAX_WAIT_S", "ReplyListener"]
 
 log = logging.getLogger("toolfleet.producer.listener")
 
@@ -35,54 +31,43 @@ log = logging.getLogger("toolfleet.producer.listener")
 DRAIN_BATCH = 500
 #: Longest single blocking wait, seconds (bounds how late close() is noticed).
 MAX_WAIT_S = 1.0
-
-
-class _Pending:
-    """One call waiting for its reply."""
-
-    __slots__ = ("future", "on_event", "request")
-
-    def __init__(
-        self,
-        request: ToolCallRequest,
-        future: Future[ToolCallResult],
-        on_event: EventSink | None,
-    ) -> None:
-        self.request = request
-        self.future = future
-        self.on_event = on_event
+#: Longest wait, seconds, for the fleet to take note of a call resolved here (a deadline,
+#: a cancel) before its caller gets the result anyway.
+MARK_WAIT_S = 0.1
 
 
 class ReplyListener:
-    """Resolve futures from the reply list ``key``.
+    """Feed the reply list ``key`` to ``table``; expire its calls at their deadlines.
+
+    A call resolved here (its deadline, a cancel) gets its ``RESOLVED`` marker first
+    (:mod:`toolfleet.producer._core.fleet`), written on ``commands`` by a thread of its
+    own within :data:`MARK_WAIT_S`.
 
     Args:
-        connect: makes the listener's own Redis connection (a client with a
-            single-connection pool).
+        connect: makes the listener's own Redis connection (a single-connection client).
         key: the reply list.
-        on_timeout: called (on the deadline thread) with the ids of calls just resolved
-            ``timeout``, so that the client can cancel them in the fleet.
-
-    Attributes:
-        late_replies: replies that came for an id no longer pending (after its
-            timeout, or a duplicate terminal reply): dropped and counted.
+        table: the client's pending calls.
+        commands: the client's command connection.
+        namespace: key prefix.
+        ttl_s: seconds a marker is kept.
     """
 
     def __init__(
         self,
         connect: Callable[[], redis.Redis],
         key: str,
-        on_timeout: Callable[[list[str]], None] | None = None,
+        table: PendingTable,
+        commands: redis.Redis,
+        namespace: str,
+        ttl_s: int,
     ) -> None:
         self._connect = connect
-        self._on_timeout = on_timeout
+        self._commands, self._namespace, self._ttl_s = commands, namespace, ttl_s
+        self._marks = ThreadPoolExecutor(1, thread_name_prefix="toolfleet-marks")
         self.key = key
-        self._pending: dict[str, _Pending] = {}
-        self._deadlines: list[tuple[float, str]] = []
-        self._lock = threading.Lock()
-        self._deadline_changed = threading.Condition(self._lock)
+        self.table = table
         self._stop = threading.Event()
-        self.late_replies = 0
+        self._moved = threading.Event()
         self._thread = threading.Thread(target=self._run, name="toolfleet-replies", daemon=True)
         self._timer = threading.Thread(
             target=self._run_deadlines, name="toolfleet-deadlines", daemon=True
@@ -93,91 +78,53 @@ class ReplyListener:
         self._thread.start()
         self._timer.start()
 
-    def expect(
-        self,
-        request: ToolCallRequest,
-        future: Future[ToolCallResult],
-        on_event: EventSink | None = None,
-    ) -> None:
-        """Register a future to resolve when ``request.id``'s reply comes (or its deadline).
-
-        Args:
-            request: the call.
-            future: resolved with its result.
-            on_event: receives its status events until it resolves (exceptions are
-                logged and ignored).
-
-        Raises:
-            RuntimeError: the listener is stopped.
-        """
-        with self._lock:
-            if self._stop.is_set():
-                raise RuntimeError("the reply listener is stopped")
-            self._pending[request.id] = _Pending(request, future, on_event)
-            heapq.heappush(self._deadlines, (request.deadline, request.id))
-            if self._deadlines[0][1] == request.id:
-                self._deadline_changed.notify()
-
-    def forget(self, call_id: str) -> None:
-        """Stop waiting for ``call_id`` (its future was resolved elsewhere)."""
-        with self._lock:
-            self._pending.pop(call_id, None)
-
-    def resolve(
-        self, call_id: str, make_result: Callable[[ToolCallRequest], ToolCallResult]
-    ) -> bool:
-        """Resolve a pending call now with ``make_result(request)``; False when not pending."""
-        with self._lock:
-            entry = self._pending.pop(call_id, None)
-        if entry is None:
-            return False
-        _resolve(entry, make_result(entry.request))
-        return True
-
-    @property
-    def in_flight(self) -> int:
-        """Calls still waiting for a reply."""
-        return len(self._pending)
+    def rearm(self) -> None:
+        """The earliest deadline moved: the deadline thread looks again."""
+        self._moved.set()
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        """Stop the thread; calls still pending resolve ``timeout`` now, none is dropped."""
-        with self._lock:
-            self._stop.set()
-            self._deadline_changed.notify()
+        """Stop the threads; calls still pending resolve ``timeout`` now, none is dropped."""
+        self._stop.set()
+        self._moved.set()
         if self._thread.ident is not None:  # started (a forked child's may not be yet)
             self._thread.join(timeout_s)
             self._timer.join(timeout_s)
-        with self._lock:
-            pending = list(self._pending.values())
-            self._pending.clear()
-        for entry in pending:
-            message = "the client was closed before a reply came"
-            _resolve(entry, _timeout_result(entry.request, message))
+        self.table.close("the client was closed before a reply came")
+        self._marks.shutdown(wait=False)
 
-    def orphan(self, message: str) -> None:
-        """In a forked child: resolve the calls copied from the parent ``timeout`` now.
+    def mark_within(self, call_ids: list[str]) -> list[bytes | None] | None:
+        """Write the markers of ``call_ids``; their outcomes, or ``None`` if not in time."""
+        try:
+            return self._marks.submit(self._mark, call_ids).result(timeout=MARK_WAIT_S)
+        except Exception:  # noqa: BLE001 - the fleet is told best effort; callers go on
+            return None
 
-        Their replies go to the parent. Runs with one thread; takes no lock (one held by
-        a parent thread at the fork stays held in the child).
-        """
-        pending = list(self._pending.values())
-        self._pending = {}
-        for entry in pending:
-            _resolve(entry, _timeout_result(entry.request, message))
+    def mark_soon(self, call_id: str) -> None:
+        """Write the marker of a call its caller canceled (in the background)."""
+        with contextlib.suppress(RuntimeError):  # stopped: nobody cancels any more
+            self._marks.submit(self._mark, [call_id])
+
+    def _mark(self, call_ids: list[str]) -> list[bytes | None]:
+        pipe = self._commands.pipeline(transaction=True)
+        queue_resolved(pipe, self._namespace, call_ids, self._ttl_s)
+        return outcomes_of(pipe.execute())
+
+    def _expire(self, call_ids: list[str]) -> None:
+        self.table.expire(call_ids, self.mark_within(call_ids))
+
+    def _deliver(self, batch: list[bytes]) -> None:
+        self.table.deliver(batch)
 
     def _run(self) -> None:
         client: redis.Redis | None = None
         backoff = 0.05
         while not self._stop.is_set():
             try:
-                if client is None:
-                    client = self._connect()
+                client = client or self._connect()
                 item: Any = client.blpop([self.key], timeout=MAX_WAIT_S)
                 if item is not None:
                     self._deliver([item[1]])  # resolve the first reply before draining
-                    more: Any = client.lpop(self.key, DRAIN_BATCH)
-                    if more:
-                        self._deliver(list(more))
+                    self._deliver(list(client.lpop(self.key, DRAIN_BATCH) or []))  # type: ignore[arg-type]
                 backoff = 0.05
             except redis.RedisError as exc:
                 log.warning("reply listener: %s; reconnecting in %.2f s", exc, backoff)
@@ -191,110 +138,17 @@ class ReplyListener:
             client.close()
 
     def _run_deadlines(self) -> None:
-        """Resolve calls whose deadline passed with ``timeout``, on time, whatever Redis does."""
+        """Hand the calls whose deadline passed to ``expire``, on time, whatever Redis does."""
         while not self._stop.is_set():
-            with self._lock:
-                while self._deadlines and self._deadlines[0][1] not in self._pending:
-                    heapq.heappop(self._deadlines)
-                wait = self._deadlines[0][0] - time.time() if self._deadlines else MAX_WAIT_S
-                if wait > 0:
-                    self._deadline_changed.wait(min(wait, MAX_WAIT_S))
-            self._expire()
-
-    def _deliver(self, batch: list[bytes]) -> None:
-        for data in batch:
-            try:
-                envelope = ReplyEnvelope.decode(data)
-            except Exception as exc:  # noqa: BLE001 - a bad reply is logged, not fatal
-                self._undecodable(data, exc)
-                continue
-            if envelope.type == "event":
-                self._event(envelope.event)
-                continue
-            result = envelope.result
-            if result is None:
-                continue
-            with self._lock:
-                entry = self._pending.pop(result.id, None)
-            if entry is None:
-                self.late_replies += 1
-                count_late_reply()
-                continue
-            _resolve(entry, result)
-
-    def _event(self, event: ToolEvent | None) -> None:
-        if event is None:
-            return
-        with self._lock:
-            entry = self._pending.get(event.id)
-        if entry is None or entry.on_event is None:
-            return
-        try:
-            entry.on_event(event)
-        except Exception:  # noqa: BLE001 - a sink's failure never stops the listener
-            log.exception("event sink of call %s failed", event.id)
-
-    def _undecodable(self, data: bytes, exc: Exception) -> None:
-        """Resolve ``rejected`` a call whose reply cannot be decoded but names its id."""
-        log.error("undecodable reply: %s", str(exc)[:300])
-        try:
-            loose = codec.loads(data)
-            call_id = loose["result"]["id"]
-        except Exception:  # noqa: BLE001 - nothing to resolve
-            return
-        with self._lock:
-            entry = self._pending.pop(call_id, None) if isinstance(call_id, str) else None
-        if entry is not None:
-            message = f"the worker's reply could not be read: {str(exc)[:200]}"
-            _resolve(entry, ToolCallResult.failure(entry.request, Status.REJECTED, message))
-
-    def _expire(self) -> None:
-        now = time.time()
-        expired: list[_Pending] = []
-        with self._lock:
-            while self._deadlines and self._deadlines[0][0] <= now:
-                _, call_id = heapq.heappop(self._deadlines)
-                entry = self._pending.pop(call_id, None)
-                if entry is not None:
-                    expired.append(entry)
-        for entry in expired:
-            request = entry.request
-            _resolve(entry, _timeout_result(request, f"no reply within {request.timeout_s:.3g} s"))
-        if expired and self._on_timeout is not None:
-            try:
-                self._on_timeout([entry.request.id for entry in expired])
-            except Exception:  # noqa: BLE001 - canceling is best effort; the caller has its result
-                log.warning("could not cancel timed-out calls", exc_info=True)
-
-
-def _timeout_result(request: ToolCallRequest, message: str) -> ToolCallResult:
-    return ToolCallResult.failure(request, Status.TIMEOUT, message)
-
-
-def _resolve(entry: _Pending, result: ToolCallResult) -> None:
-    if not entry.future.done():
-        observe_call(entry.request.function, result.status, entry.request.sent_at)
-        entry.future.set_result(result)
-        fire_responded(result, entry.request.context.account)
-
-
-def present(functions: list[str], account: str | None, format: str) -> None:  # noqa: A002
-    """Fire ``tool_presented`` (a subscriber's failure is logged, never raised)."""
-    try:
-        tool_presented.send("toolfleet", functions=functions, account=account, format=format)
-    except Exception:  # noqa: BLE001 - a hook never breaks tools()
-        log.exception("a tool_presented subscriber failed")
-
-
-def observe_call(function: str, status: str, sent_at: float) -> None:
-    """Record a published call's end-to-end time (``toolfleet_client_call_duration_seconds``)."""
-    from toolfleet.producer import metrics  # lazily: no metric files for a mere import
-
-    metrics.CALL_DURATION.labels(function, str(status)).observe(max(0.0, time.time() - sent_at))
-
-
-def count_late_reply() -> None:
-    """Count a reply that came after its call resolved (``toolfleet_client_late_replies``)."""
-    from toolfleet.producer import metrics
-
-    metrics.LATE_REPLIES.inc()
+            earliest = self.table.next_deadline()
+            wait_s = MAX_WAIT_S if earliest is None else earliest - time.time()
+            if wait_s > 0:
+                self._moved.wait(min(wait_s, MAX_WAIT_S))
+                self._moved.clear()
+            due = self.table.due(time.time())
+            if due:
+                try:
+                    self._expire(due)
+                except Exception:  # noqa: BLE001 - the thread outlives any failure
+                    log.exception("expiring calls failed")
+                    self.table.expire(due, None)

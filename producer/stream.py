@@ -7,15 +7,17 @@ until the publish returned, even when a fast worker's ``running`` came first), t
 Both clients use it; events are handed to ``emit`` from whichever thread or task
 produced them, one at a time (a lock orders them).
 
-:class:`TurnStream` is what ``AsyncToolClient.stream`` returns.
+:class:`TurnStream` is what ``AsyncToolClient.stream`` returns, :class:`SyncTurnStream`
+what ``ToolClient.stream`` returns.
 """
 
 from __future__ import annotations
 
 import asyncio
+import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import Future
 from types import TracebackType
 from typing import Any
@@ -25,7 +27,11 @@ from toolfleet.producer.turns import Turn, result_message
 from toolfleet.shared.errors import ClientError
 from toolfleet.shared.wire import Status, ToolCallRequest, ToolCallResult, ToolEvent
 
-__all__ = ["TurnState", "TurnStream"]
+__all__ = ["SyncTurnStream", "TurnState", "TurnStream"]
+
+#: Seconds a sync stream waits past the turn's deadline before it gives up on events
+#: (the calls themselves resolve by the deadline).
+_GRACE_S = 1.0
 
 #: A future of either client: ``concurrent.futures.Future`` or ``asyncio.Future``.
 AnyFuture = Future[ToolCallResult] | asyncio.Future[ToolCallResult]
@@ -39,11 +45,15 @@ class TurnState:
     Args:
         turn: the parsed turn.
         emit: receives each event (``None``: nobody streams; no events are made).
+        deadline: the turn's deadline, Unix epoch seconds.
     """
 
-    def __init__(self, turn: Turn, emit: Callable[[CallEvent], None] | None) -> None:
+    def __init__(
+        self, turn: Turn, emit: Callable[[CallEvent], None] | None, deadline: float = 0.0
+    ) -> None:
         n = len(turn.calls)
         self.turn = turn
+        self.deadline = deadline
         self.requests: list[ToolCallRequest | None] = [None] * n
         self.futures: list[AnyFuture | None] = [None] * n
         self.results: list[ToolCallResult | None] = [None] * n
@@ -174,7 +184,57 @@ class TurnState:
         )
 
 
-class TurnStream:
+class _Progress:
+    """Where the stream of one turn is: its state, the results still to come, closed."""
+
+    def __init__(self) -> None:
+        self.state: TurnState | None = None
+        self.remaining = -1
+        self.closed = False
+
+    def begin(self, state: TurnState) -> None:
+        self.state = state
+        self.remaining = len(state.turn.calls)
+
+    @property
+    def over(self) -> bool:
+        return self.state is None or self.remaining == 0 or self.closed
+
+    def count(self, event: CallEvent) -> CallEvent:
+        if event.kind == "result":
+            self.remaining -= 1
+        return event
+
+    def messages(self) -> list[dict[str, Any]]:
+        if self.state is None or self.remaining != 0:
+            raise ClientError("the turn's stream has not ended yet")
+        return self.state.messages()
+
+    def close(self) -> list[str]:
+        """Close; the ids of the calls still running (to cancel)."""
+        self.closed = True
+        if self.state is None or not self.remaining:
+            return []
+        return self.state.pending_call_ids()
+
+
+class _Events:
+    """What both streams share: their progress, and the messages once it ended."""
+
+    def __init__(self) -> None:
+        self._progress = _Progress()
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The result messages in the turn's order.
+
+        Raises:
+            ClientError: the stream has not ended yet.
+        """
+        return self._progress.messages()
+
+
+class TurnStream(_Events):
     """The events of one turn's calls as they happen (``AsyncToolClient.stream``).
 
     Iterate it with ``async for``; it ends after the last call's ``result`` event, by the
@@ -190,49 +250,28 @@ class TurnStream:
     def __init__(
         self,
         start: Callable[[Callable[[CallEvent], None]], Awaitable[TurnState]],
-        cancel: Callable[[list[str]], Awaitable[None]],
+        cancel: Callable[[list[str]], Awaitable[object]],
     ) -> None:
-        self._start = start
-        self._cancel = cancel
+        super().__init__()
+        self._start, self._cancel = start, cancel
         self._queue: asyncio.Queue[CallEvent] = asyncio.Queue()
-        self._state: TurnState | None = None
-        self._remaining = -1
-        self._closed = False
-
-    @property
-    def messages(self) -> list[dict[str, Any]]:
-        """The result messages in the turn's order.
-
-        Raises:
-            ClientError: the stream has not ended yet.
-        """
-        if self._state is None or self._remaining != 0:
-            raise ClientError("the turn's stream has not ended yet")
-        return self._state.messages()
 
     def __aiter__(self) -> AsyncIterator[CallEvent]:
         return self
 
     async def __anext__(self) -> CallEvent:
-        if self._state is None:
-            if self._closed:
-                raise StopAsyncIteration
-            self._state = await self._start(self._queue.put_nowait)
-            self._remaining = len(self._state.turn.calls)
-        if self._remaining == 0 or self._closed:
+        if self._progress.state is None and not self._progress.closed:
+            self._progress.begin(await self._start(self._queue.put_nowait))
+        if self._progress.over:
             raise StopAsyncIteration
-        event = await self._queue.get()  # every call resolves by the turn's deadline
-        if event.kind == "result":
-            self._remaining -= 1
-        return event
+        # every call resolves by the turn's deadline
+        return self._progress.count(await self._queue.get())
 
     async def aclose(self) -> None:
         """Stop iterating; calls of the turn still running are canceled."""
-        self._closed = True
-        if self._state is not None and self._remaining:
-            pending = self._state.pending_call_ids()
-            if pending:
-                await self._cancel(pending)
+        pending = self._progress.close()
+        if pending:
+            await self._cancel(pending)
 
     async def __aenter__(self) -> TurnStream:
         return self
@@ -244,3 +283,54 @@ class TurnStream:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+class SyncTurnStream(_Events):
+    """The events of one turn's calls as they happen (``ToolClient.stream``).
+
+    Iterate it with ``for``; it ends after the last call's ``result`` event, by the turn's
+    deadline at the latest. Nothing is published before the first iteration. Leaving a
+    ``with`` block early (``break``, an exception) or :meth:`close` cancels the calls
+    still running. After the end, :attr:`messages` holds the ready-to-append results.
+    Arguments as for :class:`TurnStream`, blocking instead of awaited.
+    """
+
+    def __init__(
+        self,
+        start: Callable[[Callable[[CallEvent], None]], TurnState],
+        cancel: Callable[[list[str]], object],
+    ) -> None:
+        super().__init__()
+        self._start, self._cancel = start, cancel
+        self._queue: queue.SimpleQueue[CallEvent] = queue.SimpleQueue()
+
+    def __iter__(self) -> Iterator[CallEvent]:
+        return self
+
+    def __next__(self) -> CallEvent:
+        if self._progress.state is None and not self._progress.closed:
+            self._progress.begin(self._start(self._queue.put))
+        if self._progress.over or self._progress.state is None:
+            raise StopIteration
+        wait_s = max(0.0, self._progress.state.deadline - time.time()) + _GRACE_S
+        try:
+            return self._progress.count(self._queue.get(timeout=wait_s))
+        except queue.Empty:  # pragma: no cover - the deadline resolves every call
+            raise StopIteration from None
+
+    def close(self) -> None:
+        """Stop iterating; calls of the turn still running are canceled."""
+        pending = self._progress.close()
+        if pending:
+            self._cancel(pending)
+
+    def __enter__(self) -> SyncTurnStream:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

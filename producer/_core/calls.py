@@ -18,11 +18,9 @@ from toolfleet.producer.backpressure import QueueLengths
 from toolfleet.producer.catalog import Catalog
 from toolfleet.producer.turns import TurnCall
 from toolfleet.shared import codec
-from toolfleet.shared.cancels import REQUESTED
 from toolfleet.shared.catalog import Refusal
 from toolfleet.shared.errors import ClientError
 from toolfleet.shared.limits import timeout_problem
-from toolfleet.shared.naming import cancel_channel, cancel_key, outcome_key
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.wire import CallContext, Status, ToolCallRequest, ToolCallResult, new_call_id
 
@@ -33,11 +31,12 @@ __all__ = [
     "arguments_size",
     "build_request",
     "check_timeout",
-    "queue_foreign_cancel",
     "local_result",
     "make_context",
     "never_sent",
     "prepare_turn_call",
+    "publish_refusal",
+    "REDIS_FAILURES",
 ]
 
 #: What ``submit`` accepts as arguments: a JSON object, the model's raw JSON string, none.
@@ -197,6 +196,27 @@ def never_sent(exc: BaseException) -> bool:
     return "connecting to" in str(exc) or isinstance(exc.__cause__, ConnectionRefusedError)
 
 
+#: What a Redis command can raise (redis.asyncio lets some socket errors through bare).
+REDIS_FAILURES = (redis.RedisError, OSError)
+
+
+def publish_refusal(exc: BaseException) -> Refusal | None:
+    """How to answer a call whose publish raised ``exc``; ``None`` when it may have run.
+
+    A connection never made (``not_available``) or a command Redis refused
+    (``rejected``) cannot have published the call; any other Redis failure may have
+    (the reply may still come: the deadline settles it). An error that is not Redis's
+    (a bug, a closed client) is answered ``rejected``: the call was not published.
+    """
+    if never_sent(exc):
+        return Refusal(Status.NOT_AVAILABLE, f"Redis unreachable: {exc}")
+    if isinstance(exc, redis.ResponseError):
+        return Refusal(Status.REJECTED, f"Redis refused the call: {exc}")
+    if isinstance(exc, REDIS_FAILURES):
+        return None
+    return Refusal(Status.REJECTED, "the call was not published")
+
+
 def prepare_turn_call(
     call: TurnCall,
     *,
@@ -264,17 +284,3 @@ def prepare_turn_call(
     if isinstance(admitted, Refusal):
         return local_result(request, admitted.status, admitted.message)
     return admitted, request
-
-
-def queue_foreign_cancel(pipe: Any, namespace: str, call_id: str, ttl_s: int) -> None:
-    """Queue on ``pipe`` the cancel of a call this client does not hold (by its id).
-
-    Three commands, whose results are ``(finished, marked, receivers)``: whether the call
-    has its outcome, whether the ``REQUESTED`` cancel marker was set (only when no marker
-    exists: a producer's ``RESOLVED`` marker stays), and the pub/sub message that reaches
-    a running call. The cancel took effect when ``marked and not finished``. Works for
-    sync and async pipelines alike.
-    """
-    pipe.exists(outcome_key(namespace, call_id))
-    pipe.set(cancel_key(namespace, call_id), REQUESTED, ex=ttl_s, nx=True)
-    pipe.publish(cancel_channel(namespace), call_id)

@@ -1,0 +1,87 @@
+"""``ClientBase``: what both clients share that does no I/O (httpx's ``BaseClient`` idea)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from toolfleet.producer._core.calls import build_request, check_timeout, make_context
+from toolfleet.producer._core.config import configure
+from toolfleet.producer._core.steps import ProducerCore
+from toolfleet.shared.errors import ClientClosedError
+from toolfleet.shared.settings import Settings
+from toolfleet.shared.wire import ToolCallRequest
+
+__all__ = ["ClientBase"]
+
+
+class ClientBase:
+    """Configuration, the per-process core, and the counters of a client.
+
+    Args: those of ``ToolClient`` (``asyncio``: which flavour of redis-py it takes).
+
+    Attributes:
+        settings, namespace, max_in_flight, submit_timeout_s: as configured.
+        redis_url: the Redis URL, or ``None`` for a client built on a caller's client or pool.
+        where: the Redis, printable (password masked).
+        client_id, reply_to: this process's identity (new after ``fork()``).
+    """
+
+    def __init__(
+        self,
+        redis_url: str | None,
+        namespace: str | None,
+        settings: Settings | None,
+        redis_client: Any,
+        connection_pool: Any,
+        max_in_flight: int,
+        submit_timeout_s: float,
+        *,
+        asyncio: bool,
+    ) -> None:
+        config = configure(redis_url, namespace=namespace, settings=settings,
+                           redis_client=redis_client, connection_pool=connection_pool,
+                           max_in_flight=max_in_flight, submit_timeout_s=submit_timeout_s,
+                           asyncio=asyncio)  # fmt: skip
+        self._config = config
+        self.settings, self.namespace = config.settings, config.namespace
+        self.max_in_flight, self.submit_timeout_s = config.max_in_flight, config.submit_timeout_s
+        self.redis_url, self.where = config.url, config.where
+        self._closed = False
+
+    def _new_core(
+        self,
+        on_settled: Callable[[], None],
+        on_cancel: Callable[[str], None],
+        on_earliest: Callable[[], None],
+    ) -> None:
+        """A fresh core (identity, pending calls, queue lengths, routes) for this process."""
+        self._core = ProducerCore(self._config, on_settled, on_cancel, on_earliest)
+        self.client_id = self._core.identity.client_id
+        self.reply_to = self._core.identity.reply_to
+
+    def _request(
+        self, function: Any, arguments: Any, tool_call_id: Any, context: Any, timeout_s: Any
+    ) -> ToolCallRequest:
+        """A new request of this client (raises ``ClientError`` for bad arguments)."""
+        return build_request(function, arguments, tool_call_id=tool_call_id,
+                             context=make_context(context), timeout_s=check_timeout(timeout_s),
+                             reply_to=self.reply_to)  # fmt: skip
+
+    def _live(self) -> None:
+        """Make this process's client usable (start threads, check a fork)."""
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError("the client is closed")
+        self._live()
+
+    @property
+    def in_flight(self) -> int:
+        """Calls published and not yet resolved."""
+        return self._core.table.in_flight
+
+    @property
+    def late_replies(self) -> int:
+        """Replies that came after their call was resolved (dropped)."""
+        return self._core.table.late_replies

@@ -1,0 +1,34 @@
+"""What the producer tells the host application as calls are listed and resolve."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from toolfleet.shared.signals import tool_presented
+
+__all__ = ["count_late_reply", "observe_call", "present"]
+
+log = logging.getLogger("toolfleet.producer")
+
+
+def present(functions: list[str], account: str | None, format: str) -> None:  # noqa: A002
+    """Fire ``tool_presented`` (a subscriber's failure is logged, never raised)."""
+    try:
+        tool_presented.send("toolfleet", functions=functions, account=account, format=format)
+    except Exception:  # noqa: BLE001 - a hook never breaks tools()
+        log.exception("a tool_presented subscriber failed")
+
+
+def observe_call(function: str, status: str, sent_at: float) -> None:
+    """Record a published call's end-to-end time (``toolfleet_client_call_duration_seconds``)."""
+    from toolfleet.producer import metrics  # lazily: no metric files for a mere import
+
+    metrics.CALL_DURATION.labels(function, str(status)).observe(max(0.0, time.time() - sent_at))
+
+
+def count_late_reply() -> None:
+    """Count a reply that came after its call resolved (``toolfleet_client_late_replies``)."""
+    from toolfleet.producer import metrics
+
+    metrics.LATE_REPLIES.inc()

@@ -1,0 +1,338 @@
+"""``submit``, a turn and ``cancel`` as generators of I/O steps, the same for both clients.
+
+Each operation is a generator: it yields a step (what I/O to do), and the shell sends
+back the step's answer, or throws in the exception the I/O raised; the generator's
+return value is the operation's. :func:`advance` is that exchange, once; a shell's
+driver is a three-line loop around it (blocking or awaiting its :meth:`perform`).
+
+The steps:
+
+- :class:`ReadCatalog` -> a :class:`~toolfleet.producer.catalog.Catalog`.
+- :class:`TakeSlot` -> whether an in-flight slot was taken (``wait_s`` ``None``: at once).
+- :class:`Publish` -> per ``(queue, request)``, ``None`` or the error Redis answered.
+- :class:`MarkResolved` -> per call, its recorded outcome, or ``None`` when the marker
+  could not be written in time (:mod:`.fleet`); never raises.
+- :class:`ForeignCancel` -> ``(finished, marked, receivers)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from toolfleet.producer._core.calls import (
+    REDIS_FAILURES,
+    Refusal,
+    admit,
+    check_timeout,
+    local_result,
+    make_context,
+    prepare_turn_call,
+    publish_refusal,
+)
+from toolfleet.producer._core.config import ClientConfig, Identity
+from toolfleet.producer._core.pending import PendingTable, ResultFuture, settle
+from toolfleet.producer.affinity import Routes, learn_route
+from toolfleet.producer.backpressure import QueueLengths, backpressure_error
+from toolfleet.producer.catalog import Catalog
+from toolfleet.producer.events import CallEvent
+from toolfleet.producer.hooks import fire_requested
+from toolfleet.producer.publish import Outcome
+from toolfleet.producer.stream import TurnState
+from toolfleet.producer.turns import parse_tool_calls
+from toolfleet.shared.errors import ClientClosedError
+from toolfleet.shared.tenancy.enqueue import Refused
+from toolfleet.shared.wire import CallContext, Status, ToolCallRequest, ToolCallResult
+
+__all__ = [
+    "Done",
+    "ForeignCancel",
+    "MarkResolved",
+    "ProducerCore",
+    "Publish",
+    "ReadCatalog",
+    "Step",
+    "TakeSlot",
+    "advance",
+]
+
+log = logging.getLogger("toolfleet.producer")
+
+
+@dataclass(frozen=True, slots=True)
+class ReadCatalog:
+    """Read the catalog (cached); a miss of ``functions`` re-reads. ``deadline``: epoch s."""
+
+    functions: str | list[str]
+    deadline: float
+
+
+@dataclass(frozen=True, slots=True)
+class TakeSlot:
+    """Take an in-flight slot, waiting up to ``wait_s`` seconds (``None``: not at all)."""
+
+    wait_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    """Publish ``items`` (``(queue, request)``), waiting no later than ``deadline`` (epoch s)."""
+
+    items: list[tuple[str, ToolCallRequest]]
+    deadline: float
+
+
+@dataclass(frozen=True, slots=True)
+class MarkResolved:
+    """Write the ``RESOLVED`` marker of ``call_ids`` and read their recorded outcomes."""
+
+    call_ids: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ForeignCancel:
+    """Ask the fleet to cancel a call this client does not hold."""
+
+    call_id: str
+
+
+Step = ReadCatalog | TakeSlot | Publish | MarkResolved | ForeignCancel
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """The operation's return value."""
+
+    value: Any
+
+
+def advance(steps: Generator[Step, Any, Any], answer: Any, error: BaseException | None) -> Any:
+    """Hand ``answer`` (or ``error``) to ``steps``; its next :data:`Step`, or :class:`Done`."""
+    try:
+        return steps.throw(error) if error is not None else steps.send(answer)
+    except StopIteration as stop:
+        return Done(stop.value)
+
+
+class ProducerCore:
+    """The decisions of one client in one process (a new one after ``fork()``).
+
+    Args:
+        config: the client's configuration.
+        on_settled: gives an in-flight slot back (once per published call).
+        on_cancel: cancels in the fleet a call whose future its caller canceled.
+        on_earliest: the earliest deadline moved (the shell's timer re-arms).
+
+    Attributes:
+        identity: this process's client id and reply list.
+        table: the calls in flight.
+    """
+
+    def __init__(
+        self,
+        config: ClientConfig,
+        on_settled: Callable[[], None],
+        on_cancel: Callable[[str], None] | None = None,
+        on_earliest: Callable[[], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.identity = Identity.new(config.namespace)
+        self.table = PendingTable(on_settled, on_cancel, on_earliest)
+        self.lengths = QueueLengths(config.settings.max_queue_length)
+        self.routes = Routes()
+
+    def slot_wait_s(self, deadline: float) -> float:
+        """Seconds a call may wait for a slot: ``submit_timeout_s``, never past ``deadline``."""
+        return min(self.config.submit_timeout_s, deadline - time.time())
+
+    def register(self, request: ToolCallRequest, future: ResultFuture, sink: Any = None) -> None:
+        """Expect ``request``'s reply (its slot is given back when it resolves).
+
+        Raises:
+            ClientClosedError: the client is closed (the future is answered ``rejected``).
+        """
+        fire_requested(request)
+        if request.context.conversation:
+            future.add_done_callback(lambda done: learn_route(self.routes, request, done))
+        try:
+            self.table.add(request, future, sink)
+        except RuntimeError:
+            raise ClientClosedError("the client is closed") from None
+
+    def published(self, request: ToolCallRequest, outcome: Outcome) -> None:
+        """Settle a call by its publish outcome, unless it was published (or may have been).
+
+        Raises:
+            Exception: ``outcome`` when it is not a Redis failure (after answering the
+                call ``rejected``).
+        """
+        if outcome is None:
+            return
+        if isinstance(outcome, Refused):  # over a quota: nothing was published
+            self.table.answer(request.id, outcome.result(request))
+            return
+        refusal = publish_refusal(outcome)
+        if refusal is None:
+            # the request may have reached Redis: its reply may still come; the deadline
+            # resolves it otherwise (never report "not sent" for a call that may run)
+            log.warning("publishing call %s may have failed: %s", request.id, outcome)
+            return
+        self.table.resolve(request.id, refusal.status, refusal.message, queued_s=0.0)
+        if not isinstance(outcome, REDIS_FAILURES):
+            raise outcome
+
+    # -- operations ----------------------------------------------------------------------
+
+    def submit(self, request: ToolCallRequest, future: ResultFuture) -> Generator[Step, Any, None]:
+        """Admit, publish and register one call (see ``ToolClient.submit``).
+
+        Raises:
+            BackpressureError: no in-flight slot within the wait.
+            ClientClosedError: the client closed.
+        """
+        try:
+            catalog = yield ReadCatalog(request.function, request.deadline)
+        except REDIS_FAILURES as exc:
+            message = f"Redis unreachable: {exc}"
+            settle(future, local_result(request, Status.NOT_AVAILABLE, message))
+            return
+        admitted = admit(request, catalog, self.config.settings, self.lengths, self.routes)
+        if isinstance(admitted, Refusal):
+            settle(future, local_result(request, admitted.status, admitted.message))
+            return
+        if not (yield TakeSlot(None)):
+            wait_s = self.slot_wait_s(request.deadline)
+            if not (yield TakeSlot(wait_s)):
+                raise backpressure_error(self.config.max_in_flight, max(0.0, wait_s))
+        self.register(request, future)
+        try:
+            (outcome,) = yield Publish([(admitted, request)], request.deadline)
+        except Exception as exc:  # noqa: BLE001 - classified by published()
+            outcome = exc
+        self.published(request, outcome)
+
+    def turn(
+        self,
+        tool_calls: Any,
+        context: CallContext | dict[str, Any] | None,
+        timeout_s: float,
+        emit: Callable[[CallEvent], None] | None,
+        new_future: Callable[[str], ResultFuture],
+    ) -> Generator[Step, Any, TurnState]:
+        """Parse a turn, answer what the producer refuses, publish the rest in batches.
+
+        Returns:
+            The turn's state (``state.deadline``: its deadline, epoch seconds).
+
+        Raises:
+            ClientError: not a turn, or a bad context or timeout.
+        """
+        turn = parse_tool_calls(tool_calls)
+        ctx = make_context(context)
+        timeout_s = check_timeout(timeout_s)
+        state = TurnState(turn, emit, deadline=time.time() + timeout_s)
+        catalog: Catalog | None = None
+        unreachable = ""
+        if turn.calls:
+            try:
+                functions = [c.function for c in turn.calls if c.function]
+                catalog = yield ReadCatalog(functions, state.deadline)
+            except REDIS_FAILURES as exc:
+                unreachable = str(exc)
+        batch: list[tuple[int, str, ToolCallRequest]] = []
+        for call in turn.calls:
+            prepared = prepare_turn_call(
+                call,
+                context=ctx,
+                timeout_s=timeout_s,
+                deadline=state.deadline,
+                events=state.streaming,
+                reply_to=self.identity.reply_to,
+                catalog=catalog,
+                unreachable=unreachable,
+                settings=self.config.settings,
+                lengths=self.lengths,
+                routes=self.routes,
+            )
+            if isinstance(prepared, ToolCallResult):
+                state.answer(call.index, prepared)
+                continue
+            queue_name, request = prepared
+            if not (yield TakeSlot(None)):
+                yield from self._publish_batch(state, batch, new_future)  # gathered go now
+                batch = []
+                wait_s = self.slot_wait_s(state.deadline)
+                if not (yield TakeSlot(wait_s)):
+                    error = backpressure_error(self.config.max_in_flight, max(0.0, wait_s))
+                    state.answer(call.index, local_result(request, Status.REJECTED, str(error)))
+                    continue
+            batch.append((call.index, queue_name, request))
+        yield from self._publish_batch(state, batch, new_future)
+        return state
+
+    def cancel(self, call_ids: list[str]) -> Generator[Step, Any, bool]:
+        """Cancel calls by id: those this client holds resolve ``canceled``.
+
+        The marker goes first; a call whose worker had already recorded its outcome
+        gets that result instead (it had finished). A single id this client does not
+        hold is canceled in the fleet, for whoever waits for it.
+
+        Returns:
+            True when a call was canceled (for a call made elsewhere: the cancel took
+            effect; False when it had its outcome or Redis could not be reached).
+        """
+        held = [call_id for call_id in call_ids if self.table.holds(call_id)]
+        if held:
+            outcomes = yield MarkResolved(held)
+            return bool(self.table.expire(held, outcomes, "canceled"))
+        if len(call_ids) != 1:
+            return False
+        try:
+            finished, marked, _ = yield ForeignCancel(call_ids[0])
+        except REDIS_FAILURES as exc:
+            log.warning("could not cancel call %s: %s", call_ids[0], exc)
+            return False
+        return bool(marked) and not finished
+
+    def _publish_batch(
+        self,
+        state: TurnState,
+        batch: Sequence[tuple[int, str, ToolCallRequest]],
+        new_future: Callable[[str], ResultFuture],
+    ) -> Generator[Step, Any, None]:
+        """Publish a turn's calls in one pipeline (each holds a slot already)."""
+        sent: list[tuple[int, str, ToolCallRequest, ResultFuture]] = []
+        for index, queue_name, request in batch:
+            future = new_future(request.id)
+            try:
+                self.register(request, future, state.sink(index))
+            except ClientClosedError:  # closed mid-turn: answered ``rejected``, not sent
+                state.answer(index, _result_of(future))
+                continue
+            sent.append((index, queue_name, request, future))
+        if not sent:
+            return
+        try:
+            outcomes = yield Publish([(q, r) for _, q, r, _ in sent], state.deadline)
+        except Exception as exc:  # noqa: BLE001 - the pipeline failed as a whole
+            outcomes = [exc] * len(sent)
+        failure: BaseException | None = None
+        for (index, _, request, future), outcome in zip(sent, outcomes, strict=True):
+            try:
+                self.published(request, outcome)
+            except Exception as exc:  # noqa: BLE001 - raised once the turn is settled
+                failure = exc
+            if future.done() and outcome is not None:
+                state.answer(index, _result_of(future))  # never published: no ``queued``
+            else:
+                state.published(index, request, future)  # type: ignore[arg-type]
+        if failure is not None:
+            raise failure
+
+
+def _result_of(future: Any) -> ToolCallResult:
+    result: ToolCallResult = future.result()
+    return result
