@@ -23,6 +23,7 @@ import orjson
 import redis
 import redis.asyncio
 
+from toolfleet.shared import tracing
 from toolfleet.shared.naming import actor_name_for
 from toolfleet.shared.tenancy.enqueue import (
     ENQUEUE_SCRIPT,
@@ -44,17 +45,22 @@ Outcome = BaseException | Refused | None
 
 
 def encode_message(queue: str, request: ToolCallRequest) -> tuple[str, bytes]:
-    """The Dramatiq message carrying ``request``: ``(redis_message_id, body)``."""
+    """The Dramatiq message carrying ``request``: ``(redis_message_id, body)``.
+
+    The call's PRODUCER span (:func:`toolfleet.shared.tracing.produce`) covers this, and
+    its context travels in the request.
+    """
     redis_message_id = str(uuid.uuid4())
-    message: dict[str, Any] = {
-        "queue_name": queue,
-        "actor_name": actor_name_for(queue),
-        "args": [request.encode().decode("utf-8")],
-        "kwargs": {},
-        "options": {"redis_message_id": redis_message_id},
-        "message_id": request.id,
-        "message_timestamp": int(time.time() * 1000),
-    }
+    with tracing.produce(queue, request) as request:
+        message: dict[str, Any] = {
+            "queue_name": queue,
+            "actor_name": actor_name_for(queue),
+            "args": [request.encode().decode("utf-8")],
+            "kwargs": {},
+            "options": {"redis_message_id": redis_message_id},
+            "message_id": request.id,
+            "message_timestamp": int(time.time() * 1000),
+        }
     return redis_message_id, orjson.dumps(message)
 
 

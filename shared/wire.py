@@ -48,7 +48,9 @@ class CallContext(BaseModel):
         user: the end user in the conversation.
         llmclient: which model/client produced the call (e.g. ``"openai/gpt-4o"``).
         conversation: the conversation id.
-        traceparent: a W3C ``traceparent`` header value, carried into logs.
+        traceparent: a W3C ``traceparent`` header value, carried into logs and spans (the
+            producer fills it in from the current OpenTelemetry context, if any).
+        tracestate: the W3C ``tracestate`` header value that goes with it.
         metadata: free JSON object.
     """
 
@@ -59,6 +61,7 @@ class CallContext(BaseModel):
     llmclient: str | None = None
     conversation: str | None = None
     traceparent: str | None = None
+    tracestate: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import queue
 import threading
 import time
@@ -132,12 +133,17 @@ class InProcessRunner:
 
 
 class _Task:
-    """One sync tool call handed to a tool thread."""
+    """One sync tool call handed to a tool thread.
 
-    __slots__ = ("abandoned", "func", "future")
+    It runs in the caller's context: the call's log fields and trace span, as an ``async``
+    tool's task gets them on the loop.
+    """
+
+    __slots__ = ("abandoned", "context", "func", "future")
 
     def __init__(self, func: Callable[[], Any]) -> None:
         self.func = func
+        self.context = contextvars.copy_context()
         self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self.abandoned = False
 
@@ -145,7 +151,7 @@ class _Task:
         if not self.future.set_running_or_notify_cancel():
             return
         try:
-            self.future.set_result(self.func())
+            self.future.set_result(self.context.run(self.func))
         except (SystemExit, KeyboardInterrupt) as exc:
             self.future.set_exception(ToolExit(f"the tool raised {type(exc).__name__}"))
         except BaseException as exc:  # noqa: BLE001 - handed to the caller

@@ -12,7 +12,7 @@ import redis
 from dramatiq.brokers.redis import RedisBroker
 from pydantic import ValidationError
 
-from toolfleet.shared import codec
+from toolfleet.shared import codec, tracing
 from toolfleet.shared.limits import deadline_problem
 from toolfleet.shared.naming import actor_name_for
 from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallRequest, ToolCallResult
@@ -80,8 +80,14 @@ class MessageHandler:
         except (codec.DecodeError, ValidationError, codec.EncodeError) as exc:
             self._reject_undecodable(raw, exc)
             raise RejectedMessage(str(exc)[:500]) from None
-        with call_scope(
-            call_id=request.id, function=request.function, traceparent=request.context.traceparent
+        with (
+            tracing.consume(request, queue) as trace_ids,
+            call_scope(
+                call_id=request.id,
+                function=request.function,
+                traceparent=request.context.traceparent,
+                **trace_ids,
+            ),
         ):
             with self._active_lock:
                 duplicate = request.id in self._active
@@ -186,6 +192,7 @@ class MessageHandler:
         queue: str,
         requested: dict[str, Any] | None = None,
     ) -> None:
+        tracing.record_status(result.status)
         responded = self.observer.responded(request, result, queue, requested is not None)
         events = [e for e in (requested, responded) if e is not None]
         try:

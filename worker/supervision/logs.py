@@ -1,9 +1,11 @@
-"""Worker logging: text or JSON lines, with the current call's id, function and traceparent.
+"""Worker logging: text or JSON lines, with the current call's id, function and trace.
 
-``TOOLFLEET_LOG_FORMAT=json`` writes one JSON object per record (``ts``, ``level``,
-``logger``, ``message``, ``worker``, and while a call is handled ``call_id``,
-``function``, ``traceparent``; plus ``status``, ``queued_s``, ``run_s`` on the per-call
-line). Secret setting values are scrubbed from every record (:mod:`.redaction`).
+``TOOLFLEET_LOG_FORMAT=json`` writes one JSON object per record (``timestamp``, RFC 3339 in
+UTC with microseconds; ``level``, ``logger``, ``message``, ``worker``, and while a call is
+handled ``call_id``, ``function``, ``traceparent``, ``trace_id`` and ``span_id`` (the
+call's CONSUMER span, see :mod:`toolfleet.shared.tracing`, or its ``traceparent``); plus
+``status``, ``queued_s``, ``run_s`` on the per-call line). Secret setting values are
+scrubbed from every record (:mod:`.redaction`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import logging
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 from toolfleet.worker.pipeline.redaction import Redactor
@@ -21,7 +24,16 @@ from toolfleet.worker.pipeline.redaction import Redactor
 __all__ = ["CALL_FIELDS", "call_scope", "configure_logging"]
 
 #: Record attributes a call scope sets (and the JSON formatter writes when present).
-CALL_FIELDS = ("call_id", "function", "traceparent", "status", "queued_s", "run_s")
+CALL_FIELDS = (
+    "call_id",
+    "function",
+    "traceparent",
+    "trace_id",
+    "span_id",
+    "status",
+    "queued_s",
+    "run_s",
+)
 
 _call: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "toolfleet_call", default=None
@@ -57,7 +69,9 @@ class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         """Render ``record`` as a JSON line."""
         data: dict[str, Any] = {
-            "ts": round(record.created, 6),
+            "timestamp": datetime.fromtimestamp(record.created, UTC)
+            .isoformat(timespec="microseconds")
+            .replace("+00:00", "Z"),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),
