@@ -19,6 +19,8 @@ Example ``extension.toml``::
     timeout = 10.0
     idempotent = true                   # may be re-run after a worker died, or retried
     retry = { attempts = 3, backoff_s = 0.2, on = ["crashed", "timeout"] }
+    concurrency = 3                     # at most 3 calls at once, fleet-wide
+    breaker = { failures = 5, cooldown_s = 30 }   # see toolfleet.shared.tenancy.breakers
 
     [[settings]]
     name = "api_key"
@@ -49,6 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from toolfleet.shared.errors import ConfigurationError
 from toolfleet.shared.mcp_config import McpServerConfig, setting_references
+from toolfleet.shared.tenancy.breakers import BreakerPolicy
 
 __all__ = [
     "Availability",
@@ -165,6 +168,10 @@ class ToolOptions(BaseModel):
             idempotent tool is re-run after its worker died or retried.
         isolation: ``thread`` or ``process``.
         retry: see :class:`RetryPolicy`.
+        concurrency: most calls of the tool running at once across the fleet (an external
+            API's limit); further calls wait for a slot within their deadline.
+        breaker: its circuit breaker (see
+            :class:`~toolfleet.shared.tenancy.breakers.BreakerPolicy`); none by default.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -173,6 +180,8 @@ class ToolOptions(BaseModel):
     idempotent: bool | None = None
     isolation: Literal["thread", "process"] | None = None
     retry: RetryPolicy | None = None
+    concurrency: int | None = Field(default=None, ge=1)
+    breaker: BreakerPolicy | None = None
 
 
 class Manifest(BaseModel):

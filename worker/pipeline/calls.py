@@ -35,6 +35,7 @@ from toolfleet.worker.registry.switches import SwitchBoard
 if TYPE_CHECKING:
     from toolfleet.worker.isolation.process import ProcessRunner
     from toolfleet.worker.mcp.servers import McpServers
+    from toolfleet.worker.tenancy.gate import Gate
 
 __all__ = ["CRASH_MESSAGE", "DEADLINE_GRACE_S", "Toolkit"]
 
@@ -122,6 +123,8 @@ class Toolkit:
         self.withdrawn: set[str] = set()
         self._withdrawn_lock = threading.Lock()
         self._settings: dict[str, BaseModel | None] = {}
+        #: fleet-wide concurrency limits and breakers (set by the worker process)
+        self.gate: Gate | None = None
 
     # -- loading ---------------------------------------------------------------
 
@@ -289,6 +292,8 @@ class Toolkit:
             idempotent=idempotent,
             isolation=isolation,
             retry=retry,
+            concurrency=options.concurrency if options else None,
+            breaker=options.breaker if options else None,
         )
 
     def add_extensions(self, extensions: Iterable[tuple[str, Extension]]) -> None:
@@ -351,7 +356,11 @@ class Toolkit:
             self.running[request.id] = handle
         try:
             self._running_event(request, served, arguments)
-            result = self._run_with_retries(request, served, arguments, handle, timings)
+
+            def run() -> ToolCallResult:
+                return self._run_with_retries(request, served, arguments, handle, timings)
+
+            result = run() if self.gate is None else self.gate.guard(request, served, run, timings)
             stage = {Status.OK: "completed", Status.CANCELED: "canceled"}.get(result.status)
             if stage is not None and served.spec.describe is not None:
                 description = self._describe(served, stage, arguments, result.content)

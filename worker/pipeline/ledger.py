@@ -345,6 +345,23 @@ class Ledger:
         except redis.RedisError as exc:
             log.warning("could not clear the in-flight record of %s: %s", request.id, exc)
 
+    def postpone(self, call_id: str, waited_s: float) -> None:
+        """Move the watchdog's ``answer_by`` of a call ``waited_s`` seconds later (or earlier).
+
+        For a call that waits (for a concurrency slot) before it begins to run: the wait
+        is not run time.
+        """
+        key = inflight_key(self.namespace, self.worker_id)
+        try:
+            raw = self.client.hget(key, call_id)
+            if raw is None:
+                return
+            record = InFlight.model_validate_json(raw)
+            record.answer_by += waited_s
+            self.client.hset(key, call_id, record.model_dump_json())
+        except redis.RedisError as exc:
+            log.warning("could not postpone the watchdog of %s: %s", call_id, exc)
+
     def post_event(self, request: ToolCallRequest, event: ToolEvent) -> None:
         """Post a status event to the call's reply list (before its result)."""
         data = ReplyEnvelope(type="event", event=event).encode()

@@ -9,6 +9,7 @@ from pydantic import BaseModel
 from toolfleet.shared.catalog import CatalogEntry
 from toolfleet.shared.manifest import RetryPolicy
 from toolfleet.shared.spec import ToolSpec
+from toolfleet.shared.tenancy.breakers import BreakerPolicy
 from toolfleet.shared.tool import Extension
 
 __all__ = ["ServedTool"]
@@ -28,6 +29,8 @@ class ServedTool:
         idempotent: whether it may be re-run after its worker died, or retried.
         isolation: ``thread`` or ``process`` (how a call runs).
         retry: its retry policy, if any.
+        concurrency: most calls running at once fleet-wide, if limited.
+        breaker: its circuit breaker policy, if any.
     """
 
     function: str
@@ -39,6 +42,8 @@ class ServedTool:
     idempotent: bool = False
     isolation: str = "thread"
     retry: RetryPolicy | None = None
+    concurrency: int | None = None
+    breaker: BreakerPolicy | None = None
 
     @property
     def arguments_model(self) -> type[BaseModel]:

@@ -12,7 +12,10 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge, Histogram
 
 __all__ = [
+    "BREAKER_OPEN",
+    "BREAKER_REFUSED",
     "CALLS",
+    "CONCURRENCY_WAIT",
     "CALL_DURATION",
     "EXTENSION_LOAD_ERRORS",
     "IN_FLIGHT",
@@ -29,6 +32,24 @@ __all__ = [
 #: Execution-time buckets, 5 ms to 60 s.
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
+#: Labels are function names only (bounded by the catalog), never accounts.
+BREAKER_OPEN = Gauge(
+    "toolfleet_breaker_open",
+    "1 while a function's circuit breaker is open or half-open as this process last saw it.",
+    ["function"],
+    multiprocess_mode="livemax",
+)
+BREAKER_REFUSED = Counter(
+    "toolfleet_breaker_refused_total",
+    "Calls answered not_available at once by an open circuit breaker, by function.",
+    ["function"],
+)
+CONCURRENCY_WAIT = Histogram(
+    "toolfleet_concurrency_wait_seconds",
+    "Time a call of a concurrency-limited function waited for a fleet-wide slot, seconds.",
+    ["function"],
+    buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+)
 CALLS = Counter(
     "toolfleet_tool_calls_total",
     "Tool calls answered, by function, extension and status.",

@@ -36,6 +36,7 @@ from toolfleet.worker.supervision.health import remove_heartbeat, write_heartbea
 from toolfleet.worker.supervision.heartbeat import CatalogPublisher
 from toolfleet.worker.supervision.logs import configure_logging
 from toolfleet.worker.supervision.reachability import wait_until_reachable
+from toolfleet.worker.tenancy.gate import Gate, breaker_event_poster
 
 if TYPE_CHECKING:
     from toolfleet.worker.isolation.process import ProcessRunner
@@ -127,6 +128,12 @@ def main(argv: list[str] | None = None) -> int:
         broker.client, settings.namespace, worker_id, settings.reply_ttl_s, settings.worker_ttl_s
     )
     toolkit.emit = ledger.post_event
+    toolkit.gate = Gate(
+        broker.client,
+        settings.namespace,
+        on_change=breaker_event_poster(broker.client, settings.namespace, worker_id),
+        on_waited=ledger.postpone,
+    )
     slot = f"{socket.gethostname()}-{os.getppid()}-{args.index}"
     toolkit.affinity_routes = {
         q: affinity_queue_for(q, slot) for q in toolkit.affinity_queues & queues

@@ -1,0 +1,96 @@
+"""Test-only extension of fleet-wide limits, loaded with ``--extension tenancy_tools:extension``.
+
+Each tool records what it does in Redis (``<namespace>:test:*`` keys), so a test sees
+every run across worker processes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from functools import cache
+
+import redis
+from pydantic import BaseModel
+
+from toolfleet.shared import Extension, ExtensionContext, Tool
+from toolfleet.shared.manifest import ToolOptions
+from toolfleet.shared.tenancy.breakers import BreakerPolicy
+
+
+@cache
+def _redis() -> redis.Redis:
+    return redis.Redis.from_url(os.environ["TOOLFLEET_REDIS_URL"])
+
+
+def record_key(namespace: str, name: str) -> str:
+    """A key of these tools' records under ``namespace``."""
+    return f"{namespace}:test:{name}"
+
+
+def _key(name: str) -> str:
+    return record_key(os.environ.get("TOOLFLEET_NAMESPACE", "toolfleet"), name)
+
+
+class HoldArguments(BaseModel):
+    seconds: float
+
+
+class Limited(Tool):
+    """Count the calls running at once (fleet-wide), hold a while, record the highest count."""
+
+    name = "limited"
+    arguments_model = HoldArguments
+    timeout_s = 5.0
+
+    def call(self, arguments: HoldArguments, context: ExtensionContext) -> int:
+        r = _redis()
+        now_running = int(r.incr(_key("running")))
+        r.rpush(_key("seen"), now_running)
+        try:
+            time.sleep(arguments.seconds)
+        finally:
+            r.decr(_key("running"))
+        return now_running
+
+
+class Hold(Tool):
+    """Record this worker's pid, then hold the one slot for a while."""
+
+    name = "hold"
+    arguments_model = HoldArguments
+    timeout_s = 3.0
+
+    def call(self, arguments: HoldArguments, context: ExtensionContext) -> int:
+        _redis().rpush(_key("hold_pids"), os.getpid())
+        time.sleep(arguments.seconds)
+        return os.getpid()
+
+
+class Flaky(Tool):
+    """Crash while ``<ns>:test:flaky_fail`` exists, else succeed; every run is counted."""
+
+    name = "flaky"
+    arguments_model = HoldArguments
+    timeout_s = 5.0
+
+    def call(self, arguments: HoldArguments, context: ExtensionContext) -> str:
+        r = _redis()
+        r.incr(_key("flaky_runs"))
+        time.sleep(arguments.seconds)
+        if r.exists(_key("flaky_fail")):
+            raise RuntimeError("the backend is down")
+        return "fine"
+
+
+extension = Extension(
+    slug="tenancy-test",
+    version="0.0.1",
+    description="Tools for the fleet-wide limit tests.",
+    tools=[Limited, Hold, Flaky],
+    tool_options={
+        "limited": ToolOptions(concurrency=3),
+        "hold": ToolOptions(concurrency=1),
+        "flaky": ToolOptions(breaker=BreakerPolicy(failures=5, cooldown_s=2.0)),
+    },
+)

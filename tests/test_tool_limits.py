@@ -1,0 +1,140 @@
+"""Per-tool concurrency limits (fleet-wide, leased slots) and circuit breakers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+from tenancy_tools import record_key
+
+from conftest import Fleet, start_fleet
+from toolfleet.producer import ToolClient
+from toolfleet.shared.tenancy.breakers import breaker_key
+from toolfleet.shared.wire import Status
+from toolfleet.worker.tenancy.concurrency import concurrency_key
+
+LIMITED = "ext_tenancy_test_limited"
+HOLD = "ext_tenancy_test_hold"
+FLAKY = "ext_tenancy_test_flaky"
+
+
+@pytest.fixture(scope="module")
+def limits_fleet(
+    redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Fleet]:
+    """Two worker processes of eight threads serving the limit-test tools."""
+    ns = f"{namespace}-{uuid.uuid4().hex[:6]}"
+    log = tmp_path_factory.mktemp("limits") / "worker.log"
+    running = start_fleet(
+        redis_url, ns, log, processes=2, threads=8,
+        extra=["--extension", "tenancy_tools:extension"],
+    )  # fmt: skip
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def r(limits_fleet: Fleet) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(limits_fleet.redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def tc(limits_fleet: Fleet) -> Iterator[ToolClient]:
+    with ToolClient(limits_fleet.redis_url, namespace=limits_fleet.namespace) as client:
+        yield client
+
+
+def test_a_limited_tool_never_runs_more_than_its_limit_across_processes(
+    tc: ToolClient, r: redis.Redis, limits_fleet: Fleet
+) -> None:
+    """200 calls of a tool limited to 3: all run, never more than 3 at once, on both workers."""
+    futures = [tc.submit(LIMITED, {"seconds": 0.03}, timeout_s=60) for _ in range(200)]
+    results = [f.result(timeout=90) for f in futures]
+    assert [res.status for res in results] == [Status.OK] * 200, results[0].content
+    seen = [int(v) for v in r.lrange(record_key(limits_fleet.namespace, "seen"), 0, -1)]
+    assert len(seen) == 200
+    assert max(seen) == 3  # the limit was reached, and never passed
+    assert len({res.worker for res in results}) == 2  # both processes ran it
+
+
+def test_a_call_without_a_slot_by_its_deadline_is_answered_timeout_without_running(
+    tc: ToolClient, r: redis.Redis, limits_fleet: Fleet
+) -> None:
+    """The one slot is held for 2 s; a call with a 0.8 s budget comes back timeout, never run."""
+    pids_key = record_key(limits_fleet.namespace, "hold_pids")
+    r.delete(pids_key)
+    holder = tc.submit(HOLD, {"seconds": 2.0}, timeout_s=10)
+    time.sleep(0.5)
+    late = tc.call(HOLD, {"seconds": 0.01}, timeout_s=0.8)
+    assert late.status == Status.TIMEOUT
+    assert holder.result().status == Status.OK
+    assert r.llen(pids_key) == 1  # the late call never ran
+
+
+def test_a_slot_held_by_a_sigkilled_worker_comes_back_when_its_lease_ends(
+    tc: ToolClient, r: redis.Redis, limits_fleet: Fleet
+) -> None:
+    """SIGKILL the worker holding the only slot: the next call runs once its lease ends."""
+    pids_key = record_key(limits_fleet.namespace, "hold_pids")
+    r.delete(pids_key)
+    # Given a worker process holding the tool's only slot
+    doomed = tc.submit(HOLD, {"seconds": 2.5}, timeout_s=10)
+    deadline = time.monotonic() + 10
+    while not r.llen(pids_key) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    pid = int(r.lindex(pids_key, 0))
+    # When it is SIGKILLed while holding it
+    os.kill(pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    assert r.zcard(concurrency_key(limits_fleet.namespace, HOLD)) == 1  # the slot leaked
+    doomed.result(timeout=30)
+    # Then a new call gets the slot once the lease ends, and runs
+    after = tc.call(HOLD, {"seconds": 0.01}, timeout_s=20)
+    assert after.status == Status.OK, after.content
+    waited = time.monotonic() - killed_at
+    assert waited < 12, waited  # lease: the 3 s time limit + 2 s margin (and restart slack)
+
+
+def test_a_failing_tool_opens_its_breaker_then_a_probe_closes_it(
+    tc: ToolClient, r: redis.Redis, limits_fleet: Fleet
+) -> None:
+    """5 crashes in a row open the breaker; calls are refused unrun; one probe; success closes."""
+    ns = limits_fleet.namespace
+    runs_key, fail_key = record_key(ns, "flaky_runs"), record_key(ns, "flaky_fail")
+    r.delete(runs_key, breaker_key(ns, FLAKY))
+    r.set(fail_key, 1)
+    # Given 5 failures in a row
+    for _ in range(5):
+        assert tc.call(FLAKY, {"seconds": 0.0}).status == Status.CRASHED
+    assert r.hget(breaker_key(ns, FLAKY), "state") == b"open"
+    # Then the next calls are answered at once, without running
+    refused_ms = []
+    for _ in range(5):
+        started = time.perf_counter()
+        refused = tc.call(FLAKY, {"seconds": 0.0})
+        refused_ms.append((time.perf_counter() - started) * 1000)
+        assert refused.status == Status.NOT_AVAILABLE
+        assert 0 < refused.content["retry_after_s"] <= 2.0
+        assert "temporarily unavailable" in refused.content["error"]
+        assert not refused.run_s
+    print(f"\nbreaker refusals, ms end to end: {sorted(round(ms, 1) for ms in refused_ms)}")
+    assert int(r.get(runs_key)) == 5
+    # When the cool-down passes and the backend is back, one probe runs
+    r.delete(fail_key)
+    time.sleep(2.1)
+    probe = tc.submit(FLAKY, {"seconds": 0.5})
+    time.sleep(0.2)
+    meanwhile = tc.call(FLAKY, {"seconds": 0.0})
+    assert meanwhile.status == Status.NOT_AVAILABLE  # half-open: only the probe runs
+    assert probe.result().status == Status.OK
+    # Then its success closes the breaker
+    assert r.hget(breaker_key(ns, FLAKY), "state") == b"closed"
+    assert tc.call(FLAKY, {"seconds": 0.0}).status == Status.OK
+    assert int(r.get(runs_key)) == 7

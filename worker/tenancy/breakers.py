@@ -1,0 +1,134 @@
+"""Circuit breakers per tool, fleet-wide, kept in Redis.
+
+The rule is :mod:`toolfleet.shared.tenancy.breakers`.
+Two scripts keep the state atomic across worker processes: :data:`_ENTER` decides
+whether a call may run (closed; or the one probe after the cool-down) and
+:data:`_RECORD` counts its outcome and moves the state. A probe holds its turn for a
+lease (the call's time limit): a probe whose worker died lets the next call probe.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import redis
+
+from toolfleet.shared.tenancy.breakers import BreakerPolicy, breaker_key
+
+__all__ = ["Breakers"]
+
+log = logging.getLogger("toolfleet.worker.tenancy.breakers")
+
+#: KEYS: the breaker hash. ARGV: call id, now (ms), probe lease end (ms). Returns
+#: ``{"run" | "probe" | "open", retry after (ms)}``.
+_ENTER = """
+local state = redis.call("hget", KEYS[1], "state")
+local now = tonumber(ARGV[2])
+if state == "open" then
+    local reopen = tonumber(redis.call("hget", KEYS[1], "until") or "0")
+    if now < reopen then return {"open", reopen - now} end
+    redis.call("hset", KEYS[1], "state", "half_open", "probe", ARGV[1], "until", ARGV[3])
+    return {"probe", 0}
+end
+if state == "half_open" then
+    local lease = tonumber(redis.call("hget", KEYS[1], "until") or "0")
+    if now < lease then return {"open", lease - now} end
+    redis.call("hset", KEYS[1], "probe", ARGV[1], "until", ARGV[3])
+    return {"probe", 0}
+end
+return {"run", 0}
+"""
+
+#: KEYS: the breaker hash. ARGV: call id, now (ms), failed (1/0), failures to open,
+#: window (ms), cool-down (ms). Returns the new state when it changed, else "".
+_RECORD = """
+local state = redis.call("hget", KEYS[1], "state") or "closed"
+local now = tonumber(ARGV[2])
+local probing = state == "half_open" and redis.call("hget", KEYS[1], "probe") == ARGV[1]
+if ARGV[3] == "1" then
+    if probing then
+        redis.call("hset", KEYS[1], "state", "open", "until", now + tonumber(ARGV[6]),
+                   "failures", 0)
+        return "open"
+    end
+    if state ~= "closed" then return "" end
+    local first = tonumber(redis.call("hget", KEYS[1], "first") or "0")
+    local failures = tonumber(redis.call("hget", KEYS[1], "failures") or "0")
+    if failures == 0 or now - first > tonumber(ARGV[5]) then
+        failures = 0
+        redis.call("hset", KEYS[1], "first", now)
+    end
+    failures = failures + 1
+    if failures >= tonumber(ARGV[4]) then
+        redis.call("hset", KEYS[1], "state", "open", "until", now + tonumber(ARGV[6]),
+                   "failures", 0)
+        return "open"
+    end
+    redis.call("hset", KEYS[1], "state", "closed", "failures", failures)
+    return ""
+end
+if probing then
+    redis.call("hset", KEYS[1], "state", "closed", "failures", 0)
+    redis.call("hdel", KEYS[1], "probe", "until")
+    return "closed"
+end
+if state == "closed" then redis.call("hset", KEYS[1], "failures", 0) end
+return ""
+"""
+
+
+class Breakers:
+    """Ask and tell the fleet-wide breakers of tools.
+
+    Args:
+        client: Redis client.
+        namespace: key prefix.
+    """
+
+    def __init__(self, client: redis.Redis, namespace: str) -> None:
+        self.namespace = namespace
+        self._enter = client.register_script(_ENTER)
+        self._record = client.register_script(_RECORD)
+
+    def enter(self, function: str, call_id: str, lease_s: float) -> float | None:
+        """``None`` when the call may run; else seconds until the breaker lets one through.
+
+        Args:
+            function: the tool's function name.
+            call_id: the request id (a probe is known by it).
+            lease_s: seconds a probe holds its turn at most.
+
+        Raises:
+            redis.RedisError: Redis failed.
+        """
+        now = time.time()
+        verdict, wait_ms = self._enter(
+            keys=[breaker_key(self.namespace, function)],
+            args=[call_id, int(now * 1000), int((now + lease_s) * 1000)],
+        )
+        if (verdict.decode() if isinstance(verdict, bytes) else verdict) == "open":
+            return max(int(wait_ms), 1) / 1000
+        return None
+
+    def record(self, function: str, call_id: str, failed: bool, policy: BreakerPolicy) -> str:
+        """Count a call's outcome; return the breaker's new state if it changed, else ``""``.
+
+        Raises:
+            redis.RedisError: Redis failed.
+        """
+        changed = self._record(
+            keys=[breaker_key(self.namespace, function)],
+            args=[
+                call_id,
+                int(time.time() * 1000),
+                1 if failed else 0,
+                policy.failures,
+                int(policy.window_s * 1000),
+                int(policy.cooldown_s * 1000),
+            ],
+        )
+        state = changed.decode() if isinstance(changed, bytes) else str(changed or "")
+        if state:
+            log.warning("breaker of %s is now %s", function, state)
+        return state
