@@ -16,7 +16,7 @@ import inspect
 import time
 from collections.abc import Callable, Generator
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis.asyncio
 
@@ -38,6 +38,9 @@ from toolfleet.shared.naming import extension_errors_key
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.tenancy.enqueue import QuotaDefaults
 from toolfleet.shared.wire import CallContext, ToolCallResult
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 __all__ = ["COMMAND_CONNECTIONS", "AsyncCallFuture", "AsyncToolClient"]
 
@@ -70,9 +73,11 @@ class AsyncToolClient(ClientBase):
         connection_pool: redis.asyncio.ConnectionPool | None = None,
         max_in_flight: int = 10_000,
         submit_timeout_s: float = 30.0,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         super().__init__(redis_url, namespace, settings, redis_client, connection_pool,
-                         max_in_flight, submit_timeout_s, asyncio=True)  # fmt: skip
+                         max_in_flight, submit_timeout_s, asyncio=True,
+                         registry=registry)  # fmt: skip
         self._forked_with_given_pool = False
         self._per_process_state()
         track_forks(self)

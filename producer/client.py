@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Generator
 from concurrent.futures import Future
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -34,6 +34,9 @@ from toolfleet.shared.naming import extension_errors_key
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.tenancy.enqueue import QuotaDefaults
 from toolfleet.shared.wire import CallContext, ToolCallResult
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 __all__ = ["CallFuture", "ToolClient"]
 
@@ -67,6 +70,9 @@ class ToolClient(ClientBase):
         max_in_flight: most calls published and not yet resolved.
         submit_timeout_s: seconds ``submit`` blocks for a free slot (never past the
             call's own deadline).
+        registry: a ``prometheus_client.CollectorRegistry`` (the host application's) that
+            gets the producer's metrics too (:func:`toolfleet.producer.metrics.register`);
+            ``None``: they stay in their own ``toolfleet.producer.metrics.REGISTRY`` only.
 
     After ``os.fork()`` the child's client has its own id, reply list, connections and
     threads, made on first use; calls the parent had in flight resolve ``timeout`` in
@@ -74,7 +80,8 @@ class ToolClient(ClientBase):
 
     Raises:
         ConfigurationError: no Redis URL given or configured, or not a Redis URL.
-        ClientError: a bad ``max_in_flight``/``submit_timeout_s``, or an unfit client/pool.
+        ClientError: a bad ``max_in_flight``/``submit_timeout_s``, an unfit client/pool, or
+            a ``registry`` holding another metric of the same name.
     """
 
     def __init__(
@@ -87,9 +94,11 @@ class ToolClient(ClientBase):
         connection_pool: redis.ConnectionPool | None = None,
         max_in_flight: int = 10_000,
         submit_timeout_s: float = 30.0,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         super().__init__(redis_url, namespace, settings, redis_client, connection_pool,
-                         max_in_flight, submit_timeout_s, asyncio=False)  # fmt: skip
+                         max_in_flight, submit_timeout_s, asyncio=False,
+                         registry=registry)  # fmt: skip
         self._close_lock = threading.Lock()
         self._per_process_state()
         self._live()

@@ -226,3 +226,36 @@ def test_producer_metrics_register_in_the_host_registry(probe_fleet: Fleet) -> N
     with pytest.raises(ValueError):
         metrics.register(clash)
     assert clash.get_sample_value(name, labels) is None
+
+
+def test_clients_take_the_host_registry_for_their_metrics(probe_fleet: Fleet) -> None:
+    """ToolClient(registry=host) and AsyncToolClient(registry=host) put the producer's
+    metrics in the host registry (each call counted there once); a registry holding one of
+    their names is refused with ClientError."""
+    import asyncio
+
+    from prometheus_client import CollectorRegistry, Counter
+
+    from toolfleet.producer import AsyncToolClient
+    from toolfleet.shared.errors import ClientError
+
+    url, ns = probe_fleet.redis_url, probe_fleet.namespace
+    labels = {"function": F + "echo", "status": "ok"}
+    name = "toolfleet_client_call_duration_seconds_count"
+    host = CollectorRegistry()
+    with ToolClient(url, namespace=ns, registry=host) as client:
+        before = host.get_sample_value(name, labels) or 0.0
+        assert client.call(F + "echo", {"text": "x"}, timeout_s=20).status.value == "ok"
+    assert host.get_sample_value(name, labels) == before + 1
+
+    async def one_async_call() -> None:
+        async with AsyncToolClient(url, namespace=ns, registry=host) as client:
+            result = await client.call(F + "echo", {"text": "y"}, timeout_s=20)
+            assert result.status.value == "ok"
+
+    asyncio.run(one_async_call())
+    assert host.get_sample_value(name, labels) == before + 2
+    clash = CollectorRegistry()
+    Counter("toolfleet_client_late_replies", "taken", registry=clash)
+    with pytest.raises(ClientError, match="registry"):
+        ToolClient(url, namespace=ns, registry=clash)

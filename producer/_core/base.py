@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolfleet.producer._core.calls import build_request, check_timeout, make_context
 from toolfleet.producer._core.config import configure
 from toolfleet.producer._core.steps import ProducerCore
-from toolfleet.shared.errors import ClientClosedError
+from toolfleet.shared.errors import ClientClosedError, ClientError
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.wire import ToolCallRequest
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 __all__ = ["ClientBase"]
 
@@ -38,7 +41,15 @@ class ClientBase:
         submit_timeout_s: float,
         *,
         asyncio: bool,
+        registry: CollectorRegistry | None = None,
     ) -> None:
+        if registry is not None:
+            from toolfleet.producer import metrics  # lazily, as the core's observations
+
+            try:
+                metrics.register(registry)
+            except ValueError as exc:
+                raise ClientError(f"registry: {exc}") from exc
         config = configure(redis_url, namespace=namespace, settings=settings,
                            redis_client=redis_client, connection_pool=connection_pool,
                            max_in_flight=max_in_flight, submit_timeout_s=submit_timeout_s,
