@@ -26,8 +26,10 @@ from toolfleet.shared.catalog import (
     switch_states,
     switched_off,
 )
+from toolfleet.shared.catalog_epoch import recovering_functions
 from toolfleet.shared.naming import (
     catalog_key,
+    catalog_recovering_key,
     queue_msgs_key,
     switches_key,
     workers_key,
@@ -50,6 +52,10 @@ class Catalog:
             running: ``HLEN`` of its ``.msgs`` hash).
         typed: function name -> :class:`~toolfleet.shared.catalog.CatalogEntry`, for
             every entry of ``entries`` that validates (the others are never callable).
+        recovering: while Redis's catalog is being republished after it lost its data,
+            the functions the fleet served before; ``None`` otherwise
+            (:mod:`toolfleet.shared.catalog_epoch`).
+        seen: the functions this process has seen in the catalog of this namespace.
     """
 
     entries: dict[str, dict[str, Any]]
@@ -58,6 +64,8 @@ class Catalog:
     switches: dict[str, bool] = field(default_factory=dict)
     queue_lengths: dict[str, int] = field(default_factory=dict)
     typed: dict[str, CatalogEntry] = field(default_factory=dict)
+    recovering: frozenset[str] | None = None
+    seen: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if not self.typed and self.entries:
@@ -79,7 +87,13 @@ class Catalog:
         The rule producer and worker share: :func:`toolfleet.shared.catalog.refusal`.
         """
         entry = self.typed.get(function)
-        return refusal(function, entry, self.switches, account, live=self.is_live(function))
+        republishing = self.recovering is not None and (
+            function in self.recovering or function in self.seen
+        )
+        live = self.is_live(function)
+        return refusal(
+            function, entry, self.switches, account, live=live, republishing=republishing
+        )
 
 
 class CatalogReader:
@@ -110,6 +124,7 @@ class CatalogReader:
         self.worker_ttl_s = worker_ttl_s
         self._lock = threading.Lock()
         self._snapshot: Catalog | None = None
+        self._seen = _seen_in(client, namespace)
         self.watch: Callable[[], Iterable[str]] | None = None
 
     def get(self, function: str | Iterable[str] | None = None) -> Catalog:
@@ -138,7 +153,7 @@ class CatalogReader:
         pipe = self.client.pipeline(transaction=False)
         for command in _status_commands(self.namespace, queues, self.worker_ttl_s):
             getattr(pipe, command[0])(*command[1:])
-        return _snapshot(entries, queues, pipe.execute())
+        return _snapshot(entries, queues, pipe.execute(), self._seen)
 
 
 class AsyncCatalogReader:
@@ -161,6 +176,7 @@ class AsyncCatalogReader:
         self.cache_s = cache_s
         self.worker_ttl_s = worker_ttl_s
         self._snapshot: Catalog | None = None
+        self._seen = _seen_in(client, namespace)
         self._reading: asyncio.Future[Catalog] | None = None
         self.watch: Callable[[], Iterable[str]] | None = None
 
@@ -203,7 +219,7 @@ class AsyncCatalogReader:
         pipe = self.client.pipeline(transaction=False)
         for command in _status_commands(self.namespace, queues, self.worker_ttl_s):
             getattr(pipe, command[0])(*command[1:])
-        return _snapshot(entries, queues, await pipe.execute())
+        return _snapshot(entries, queues, await pipe.execute(), self._seen)
 
 
 def _fresh(
@@ -253,22 +269,57 @@ def _status_commands(
     namespace: str, queues: list[str], worker_ttl_s: float
 ) -> list[tuple[Any, ...]]:
     since = time.time() - worker_ttl_s
-    commands: list[tuple[Any, ...]] = [("hgetall", switches_key(namespace))]
+    commands: list[tuple[Any, ...]] = [
+        ("hgetall", switches_key(namespace)),
+        ("smembers", catalog_recovering_key(namespace)),
+    ]
     for queue in queues:
         commands.append(("zcount", workers_key(namespace, queue), since, "+inf"))
         commands.append(("hlen", queue_msgs_key(namespace, queue)))
     return commands
 
 
-def _snapshot(entries: dict[str, dict[str, Any]], queues: list[str], replies: list[Any]) -> Catalog:
-    raw_switches, *counts = replies
+def _snapshot(
+    entries: dict[str, dict[str, Any]], queues: list[str], replies: list[Any], seen: _Seen
+) -> Catalog:
+    raw_switches, recovering, *counts = replies
     live = frozenset(q for q, n in zip(queues, counts[0::2], strict=True) if n)
     lengths = {q: int(n) for q, n in zip(queues, counts[1::2], strict=True)}
-    switches = switch_states(raw_switches)
     return Catalog(
         entries=entries,
         live_queues=live,
         read_at=time.monotonic(),
-        switches=switches,
+        switches=switch_states(raw_switches),
         queue_lengths=lengths,
+        recovering=recovering_functions(recovering),
+        seen=seen.add(entries),
     )
+
+
+class _Seen:
+    """The functions one process has seen in the catalog of one namespace (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._names: frozenset[str] = frozenset()
+
+    def add(self, names: Iterable[str]) -> frozenset[str]:
+        """Remember ``names`` too; every name remembered so far."""
+        with self._lock:
+            if not self._names.issuperset(names):
+                self._names = self._names.union(names)
+            return self._names
+
+
+#: (Redis address, namespace) -> what this process has seen there; shared by every
+#: client of the process, so that a client made after a Redis restart knows too.
+_SEEN: dict[tuple[str, str], _Seen] = {}
+_SEEN_LOCK = threading.Lock()
+
+
+def _seen_in(client: redis.Redis | redis.asyncio.Redis, namespace: str) -> _Seen:
+    kwargs = client.connection_pool.connection_kwargs
+    where = [kwargs.get(k) for k in ("path", "host", "port", "db")]
+    key = (repr(where), namespace)
+    with _SEEN_LOCK:
+        return _SEEN.setdefault(key, _Seen())

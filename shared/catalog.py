@@ -19,6 +19,7 @@ from toolfleet.shared.naming import extension_switch, function_name
 from toolfleet.shared.wire import Status
 
 __all__ = [
+    "CATALOG_REPUBLISHING",
     "CatalogEntry",
     "Refusal",
     "SwitchDeclaration",
@@ -83,6 +84,12 @@ class CatalogEntry(BaseModel):
         return value
 
 
+#: What the model reads for a function missing from a catalog being republished.
+CATALOG_REPUBLISHING = (
+    "the tool catalog is being republished after Redis lost its data; retry shortly"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Refusal:
     """Why a call is answered without running.
@@ -138,6 +145,7 @@ def refusal(
     account: str | None,
     *,
     live: bool = True,
+    republishing: bool = False,
 ) -> Refusal | None:
     """Why ``function`` may not be offered or called for ``account`` now (``None``: it may).
 
@@ -152,7 +160,13 @@ def refusal(
         switches: switch name -> on, as the switch hash holds them (unset ones absent).
         account: the calling account, or ``None``.
         live: whether a worker with a fresh heartbeat serves its queue.
+        republishing: whether a function without an entry may be one the catalog has
+            not been given back yet after Redis lost its data (see
+            :mod:`toolfleet.shared.catalog_epoch`): ``not_available`` then, which a
+            caller retries, instead of ``unknown_function``.
     """
+    if entry is None and republishing:
+        return Refusal(Status.NOT_AVAILABLE, CATALOG_REPUBLISHING)
     if entry is None:
         return Refusal(Status.UNKNOWN_FUNCTION, f"unknown function {function!r}")
     if not live:

@@ -8,6 +8,8 @@ Redis keys (``ns`` is the namespace, default ``toolfleet``)::
     <ns>:<queue>                 Dramatiq's queue list (and .msgs, .XQ, .DQ beside it)
     <ns>:reply:<client_id>       a producer's reply list
     <ns>:catalog                 hash: function name -> catalog entry (JSON)
+    <ns>:catalog:epoch           the catalog's epoch id (a new one: Redis lost its data)
+    <ns>:catalog:recovering      set: functions served before the loss (one worker TTL)
     <ns>:workers:<queue>         sorted set: worker id -> last heartbeat (epoch seconds)
     <ns>:switches                hash: switch name -> "on" | "off"
     <ns>:extension_errors        hash: extension source -> why it was not loaded
@@ -36,7 +38,9 @@ __all__ = [
     "brokers_key",
     "cancel_channel",
     "cancel_key",
+    "catalog_epoch_key",
     "catalog_key",
+    "catalog_recovering_key",
     "claim_key",
     "default_queue_for",
     "events_key",
@@ -158,6 +162,16 @@ def reply_key(namespace: str, client_id: str) -> str:
 def catalog_key(namespace: str) -> str:
     """The hash of catalog entries, one field per function name."""
     return f"{namespace}:catalog"
+
+
+def catalog_epoch_key(namespace: str) -> str:
+    """The catalog's epoch id, set (NX) by the first worker that publishes into an empty Redis."""
+    return f"{namespace}:catalog:epoch"
+
+
+def catalog_recovering_key(namespace: str) -> str:
+    """The set of functions served before Redis lost its data, for one worker TTL after."""
+    return f"{namespace}:catalog:recovering"
 
 
 def workers_key(namespace: str, queue: str) -> str:

@@ -142,13 +142,15 @@ class Fleet:
         finally:
             client.close()
 
-    def wait_ready(self, count: int | None = None, timeout_s: float = 60.0) -> None:
+    def wait_ready(
+        self, count: int | None = None, timeout_s: float = 60.0, queue: str = TEST_QUEUE
+    ) -> None:
         want = self.processes if count is None else count
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise AssertionError(f"toolfleet worker exited:\n{self.log()}")
-            if len(self.worker_pids()) >= want and self.live_workers() >= want:
+            if len(self.worker_pids()) >= want and self.live_workers(queue) >= want:
                 return
             time.sleep(0.1)
         raise AssertionError(f"workers not ready in {timeout_s} s:\n{self.log()}")
@@ -181,8 +183,12 @@ def start_fleet(
     extra: list[str] | None = None,
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
+    ready_queue: str = TEST_QUEUE,
 ) -> Fleet:
-    """Start ``toolfleet worker`` (the real CLI) with the test extension loaded."""
+    """Start ``toolfleet worker`` (the real CLI) with the test extension loaded.
+
+    Returns once every process beats on ``ready_queue``.
+    """
     full_env = {
         **os.environ,
         "PYTHONPATH": str(TESTS),
@@ -209,7 +215,7 @@ def start_fleet(
     log = log_path.open("wb")
     process = subprocess.Popen(argv, env=full_env, stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
     fleet = Fleet(process, redis_url, namespace, log_path, processes)
-    fleet.wait_ready()
+    fleet.wait_ready(queue=ready_queue)
     return fleet
 
 

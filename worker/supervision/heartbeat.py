@@ -9,15 +9,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
+from typing import Any
 
 import redis
 from dramatiq.brokers.redis import RedisBroker
 
 from toolfleet.shared import codec
+from toolfleet.shared.catalog_epoch import REPUBLISH_SCRIPT
 from toolfleet.shared.extension_errors import WorkerErrors
 from toolfleet.shared.naming import (
     brokers_key,
+    catalog_epoch_key,
     catalog_key,
+    catalog_recovering_key,
     extension_errors_key,
     mcp_servers_key,
     workers_key,
@@ -70,13 +75,30 @@ class CatalogPublisher:
         self.worker_ttl_s = worker_ttl_s
         self.broker = broker
         self._beats = 0
+        self._epoch = ""  # the catalog epoch of the last beat
+        self._remembered: list[str] = []  # the catalog's function names at the last beat
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="toolfleet-catalog", daemon=True)
 
     def publish(self) -> None:
-        """Write catalog entries and heartbeats once (one pipelined round trip)."""
+        """Write catalog entries and heartbeats once (one pipelined round trip).
+
+        The catalog's epoch comes first (:mod:`toolfleet.shared.catalog_epoch`): into a
+        Redis that lost its data, this worker opens the recovery window or gives it the
+        function names it remembers, before its own entries are written.
+        """
         now = time.time()
         pipe = self.client.pipeline(transaction=False)
+        pipe.eval(
+            REPUBLISH_SCRIPT,
+            2,
+            catalog_epoch_key(self.namespace),
+            catalog_recovering_key(self.namespace),
+            uuid.uuid4().hex,
+            max(1, int(self.worker_ttl_s * 1000)),
+            self._epoch,
+            "\n".join(self._remembered),
+        )
         self.toolkit.refresh_tool_states()
         entries = {
             name: codec.dumps(self.toolkit.catalog_entry(served).model_dump(mode="json"))
@@ -88,6 +110,8 @@ class CatalogPublisher:
         gone = sorted(self.toolkit.take_withdrawn() - set(entries))
         if gone:  # an MCP server dropped them; workers still serving them re-add them
             pipe.hdel(catalog_key(self.namespace), *gone)
+        names_at = len(pipe.command_stack)
+        pipe.hkeys(catalog_key(self.namespace))
         if self.toolkit.mcp is not None:
             servers = self.toolkit.mcp.status()
             for state in servers.values():
@@ -106,7 +130,9 @@ class CatalogPublisher:
         if self.broker is not None:
             pipe.zadd(f"{self.namespace}:__heartbeats__", {self.broker.broker_id: int(now * 1000)})
             pipe.hset(brokers_key(self.namespace), self.toolkit.worker_id, self.broker.broker_id)
-        pipe.execute()
+        replies = pipe.execute()
+        self._epoch = _text(replies[0])
+        self._remembered = sorted(_text(name) for name in replies[names_at])
         self.toolkit.switches.refresh(self.client)
         self._beats += 1
         if self.broker is not None and self._beats % 5 == 0:
@@ -143,3 +169,7 @@ class CatalogPublisher:
                 self.publish()
             except redis.RedisError as exc:
                 log.warning("catalog heartbeat failed: %s", exc)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
