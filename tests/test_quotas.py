@@ -11,7 +11,7 @@ from typing import Any
 
 import redis
 
-from conftest import Fleet
+from conftest import Fleet, toolfleet_command
 from toolfleet.producer import ToolClient
 from toolfleet.shared.errors import RejectedError
 from toolfleet.shared.naming import outcome_key
@@ -66,6 +66,14 @@ def _set(fleet: Fleet, scope: str, quota: Quota) -> None:
     r.close()
 
 
+def _cli(fleet: Fleet, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [toolfleet_command(), "--redis-url", fleet.redis_url, "--namespace", fleet.namespace,
+         "limits", *argv],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
 def _never_ran(fleet: Fleet, results: list[dict[str, Any]]) -> bool:
     r = redis.Redis.from_url(fleet.redis_url)
     try:
@@ -76,7 +84,7 @@ def _never_ran(fleet: Fleet, results: list[dict[str, Any]]) -> bool:
 
 def test_in_flight_quota_holds_across_two_producers(fleet: Fleet, client: ToolClient) -> None:
     """3 in flight for the account: of 10 calls from two processes 3 run, 7 are refused at once."""
-    _set(fleet, "tenant-q", Quota(in_flight=3))
+    assert _cli(fleet, "set", "tenant-q", "--in-flight", "3").returncode == 0
     # Given two producer processes each sending 5 calls of 0.8 s at the same moment
     started = time.monotonic()
     results = _both_producers(fleet, "tenant-q", 5, 0.8)
@@ -139,3 +147,20 @@ def test_per_function_quota_limits_only_that_function(fleet: Fleet, client: Tool
     echo = client.call("ext_fleet_test_echo", {"text": "x"}, context={"account": "tenant-f"})
     assert echo.status == Status.OK
     assert held.result().status == Status.OK
+
+
+def test_limits_cli_sets_lists_and_deletes_quotas(fleet: Fleet, client: ToolClient) -> None:
+    """`toolfleet limits set|list|delete` changes the quota the next call meets."""
+    assert _cli(fleet, "set", "tenant-cli", "--per-s", "0.5", "--burst", "1").returncode == 0
+    listed = _cli(fleet, "list")
+    assert listed.returncode == 0 and "tenant-cli" in listed.stdout and "0.5" in listed.stdout
+    first = client.call(SLEEP, {"seconds": 0.01}, context={"account": "tenant-cli"})
+    second = client.call(SLEEP, {"seconds": 0.01}, context={"account": "tenant-cli"})
+    assert (first.status, second.status) == (Status.OK, Status.REJECTED)
+    assert 1.0 < second.content["retry_after_s"] <= 2.0  # one call per 2 s
+    assert _cli(fleet, "delete", "tenant-cli").returncode == 0
+    third = client.call(SLEEP, {"seconds": 0.01}, context={"account": "tenant-cli"})
+    assert third.status == Status.OK
+    missing = _cli(fleet, "delete", "tenant-cli")
+    assert missing.returncode == 1 and "no quota is set" in missing.stderr
+    assert _cli(fleet, "set", "tenant-cli").returncode == 2  # nothing to set: usage error

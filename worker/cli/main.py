@@ -29,6 +29,7 @@ from toolfleet.shared.settings import Settings
 from toolfleet.shared.urls import redacted_url
 from toolfleet.shared.wire import Status, ToolCallResult
 from toolfleet.worker.cli.admin import extensions, switch
+from toolfleet.worker.cli.limits import limits
 from toolfleet.worker.cli.mcp_serve import mcp
 from toolfleet.worker.cli.ops import events, exporter, health, top
 from toolfleet.worker.cli.support import EXIT_FAILED, CliState, ToolfleetGroup, global_options
@@ -295,6 +296,7 @@ def _delete_namespace(url: str, namespace: str) -> None:
 
 
 cli.add_command(switch)
+cli.add_command(limits)
 cli.add_command(extensions)
 cli.add_command(top)
 cli.add_command(events)
