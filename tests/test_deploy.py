@@ -798,6 +798,21 @@ def test_compose_redis_workers_prometheus_grafana_and_producer() -> None:
             assert (DEPLOY / source).is_file(), source
 
 
+def test_compose_runs_one_exporter_that_prometheus_scrapes() -> None:
+    """compose runs `toolfleet exporter` (parsed by the real CLI) once, and Prometheus scrapes
+    it on the port its command serves; the workers' scrape job does not reach it."""
+    services = _compose()["services"]
+    exporter = services["exporter"]
+    _parse_cli(exporter["command"])
+    assert exporter["command"][1] == "exporter" and "deploy" not in exporter
+    (port,) = _option_values(exporter["command"], "--port")
+    prometheus = _yaml().safe_load((DEPLOY / "compose" / "prometheus.yml").read_text())
+    jobs = {j["job_name"]: j for j in prometheus["scrape_configs"]}
+    (static,) = jobs["toolfleet-exporter"]["static_configs"]
+    assert static["targets"] == [f"exporter:{port}"]
+    assert jobs["toolfleet-worker"]["dns_sd_configs"][0]["names"] == ["worker"]
+
+
 def test_compose_worker_grace_metrics_dir_and_commands() -> None:
     """stop_grace_period covers grace + longest limit; metrics on tmpfs; commands parse."""
     services = _compose()["services"]
