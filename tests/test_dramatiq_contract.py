@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import dramatiq
 import pytest
@@ -25,12 +26,13 @@ from dramatiq.errors import ConnectionClosed, DecodeError
 from dramatiq.message import Message
 
 from toolfleet.producer.publish import Publisher
-from toolfleet.shared.naming import actor_name_for, brokers_key
+from toolfleet.shared.naming import actor_name_for, brokers_key, outcome_key
 from toolfleet.shared.tenancy.lanes import TOKEN, lane_key, shard_for
 from toolfleet.shared.wire import ToolCallRequest
 from toolfleet.worker.messaging.broker import FleetRedisBroker, WaitingConsumer, make_broker
 from toolfleet.worker.messaging.maintenance import run_maintenance
 from toolfleet.worker.messaging.recovery import recover_dead_worker
+from toolfleet.worker.pipeline.ledger import Posted, post_outcome
 
 PINNED = "2.2.1"
 QUEUE = "tools.contract"
@@ -279,3 +281,99 @@ def test_script_calls_survive_a_flushed_script_cache() -> None:
         publisher.publish(QUEUE, _request())
         assert broker.do_qsize(QUEUE) == 1
         broker.client.close()
+
+
+def test_inline_ack_leaves_the_keys_as_dramatiqs_ack_does(
+    broker: FleetRedisBroker, ns: str
+) -> None:
+    """The answer script's acknowledgement has the effect of Dramatiq's ``ack``.
+
+    It drops the id from this broker's acks set and the body from ``.msgs``, whether the
+    call is answered now or was answered already; then the consumer's ``ack`` (what
+    Dramatiq's worker thread calls after the actor) makes no round trip of its own.
+    """
+    r = broker.client
+    dramatiq.actor(actor_name=actor_name_for(QUEUE), queue_name=QUEUE, broker=broker)(print)
+    consumer = broker.consume(QUEUE, prefetch=4, timeout=1000)
+    acks_key, msgs_key = f"{ns}:__acks__.{broker.broker_id}.{QUEUE}", f"{ns}:{QUEUE}.msgs"
+    for answered_before in (False, True):
+        request = _request()
+        message_id = _publish(broker, request)
+        proxy = next(consumer)
+        assert isinstance(proxy, MessageProxy) and proxy.options["redis_message_id"] == message_id
+        assert r.smembers(acks_key) == {message_id.encode()}
+        assert consumer.queued_message_ids == {proxy.message_id}
+        ack = broker.inline_ack(proxy)
+        assert ack is not None and (ack.acks_key, ack.msgs_key) == (acks_key, msgs_key)
+        if answered_before:
+            r.set(outcome_key(ns, request.id), b"answered")
+        posted = post_outcome(
+            r, ns, "w1", request.id, "tfcontract-replies", b"{}", 60, 60, [], 100, ack
+        )
+        assert posted == (Posted.ALREADY_ANSWERED if answered_before else Posted.POSTED)
+        assert ack.done
+        assert not r.smembers(acks_key) and r.hget(msgs_key, message_id) is None
+        beats = r.zscore(f"{ns}:__heartbeats__", broker.broker_id)
+        r.zrem(f"{ns}:__heartbeats__", broker.broker_id)
+        consumer.ack(proxy)  # no dispatch call: Dramatiq's would write a heartbeat
+        assert r.zscore(f"{ns}:__heartbeats__", broker.broker_id) is None
+        assert consumer.queued_message_ids == set()
+        r.zadd(f"{ns}:__heartbeats__", {broker.broker_id: beats or 1})
+    r.delete("tfcontract-replies")
+
+
+def test_an_unfinished_inline_ack_leaves_acking_to_dramatiq(
+    broker: FleetRedisBroker, ns: str
+) -> None:
+    """An inline ack the answer script never made: the consumer acks or nacks as Dramatiq."""
+    r = broker.client
+    dramatiq.actor(actor_name=actor_name_for(QUEUE), queue_name=QUEUE, broker=broker)(print)
+    consumer = broker.consume(QUEUE, prefetch=4, timeout=1000)
+    acks_key, msgs_key = f"{ns}:__acks__.{broker.broker_id}.{QUEUE}", f"{ns}:{QUEUE}.msgs"
+    acked, nacked = _publish(broker), _publish(broker)
+    first, second = next(consumer), next(consumer)
+    assert isinstance(first, MessageProxy) and isinstance(second, MessageProxy)
+    assert broker.inline_ack(first) is not None and broker.inline_ack(second) is not None
+    consumer.ack(first)
+    consumer.nack(second)
+    assert not r.smembers(acks_key)
+    assert r.hget(msgs_key, acked) is None and r.hget(msgs_key, nacked) is None
+    assert r.zscore(f"{ns}:{QUEUE}.XQ", nacked) is not None
+    assert broker.take_inline_ack(first) is None and broker.take_inline_ack(second) is None
+
+
+def test_worker_thread_acks_through_the_consumer_with_the_current_message(
+    broker: FleetRedisBroker, ns: str
+) -> None:
+    """Dramatiq's worker: the actor sees its MessageProxy as CurrentMessage; then consumer.ack.
+
+    The inline ack relies on both: the actor body reads the message being handled from
+    ``CurrentMessage`` and the worker thread settles it through the consumer's
+    ``ack``/``nack`` afterwards (``ConsumerThread.post_process_message``).
+    """
+    from dramatiq import Worker
+    from dramatiq.middleware import CurrentMessage
+
+    seen: list[Any] = []
+
+    def body(raw: Any) -> None:
+        current = CurrentMessage.get_current_message()
+        ack = broker.inline_ack(current) if current is not None else None
+        seen.append((current, ack))
+
+    dramatiq.actor(actor_name=actor_name_for(QUEUE), queue_name=QUEUE, broker=broker)(body)
+    message_id = _publish(broker)
+    worker = Worker(broker, worker_threads=1, worker_timeout=100)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and broker.client.hget(f"{ns}:{QUEUE}.msgs", message_id):
+            time.sleep(0.05)
+    finally:
+        worker.stop()
+    assert len(seen) == 1
+    current, ack = seen[0]
+    assert isinstance(current, MessageProxy) and current.options["redis_message_id"] == message_id
+    assert ack is not None and not ack.done
+    assert broker.client.hget(f"{ns}:{QUEUE}.msgs", message_id) is None  # acked by Dramatiq
+    assert broker.take_inline_ack(current) is None  # the consumer's ack took it

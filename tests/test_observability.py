@@ -280,8 +280,11 @@ def test_signals_and_events_one_of_each_kind_per_call_without_secrets_or_argumen
     )
     assert [e["status"] for e in seen["responded"]] == ["ok", "tool_error", "crashed"]
     stream = [json.loads(f[b"event"]) for _, f in r.xrange(events_key(ns))]
-    assert [e["kind"] for e in stream].count("tool_requested") == 3
-    assert [e["kind"] for e in stream].count("tool_responded") == 3
+    # one stream entry per call: its tool_responded event with the request's arguments
+    assert [e["kind"] for e in stream] == ["tool_responded"] * 3
+    assert [e["status"] for e in stream] == ["ok", "tool_error", "crashed"]
+    assert [e["requested_at"] for e in stream] == [e["at"] for e in seen["requested"]]
+    assert all(e["arguments"] == "[redacted]" for e in stream)
     everything = json.dumps([seen, stream], default=str)
     assert secret not in everything
     assert all(e["arguments"] == "[redacted]" for e in seen["requested"])

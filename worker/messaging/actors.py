@@ -10,6 +10,7 @@ from typing import Any
 import dramatiq
 import redis
 from dramatiq.brokers.redis import RedisBroker
+from dramatiq.middleware import CurrentMessage
 from pydantic import ValidationError
 
 from toolfleet.shared import codec, tracing
@@ -18,8 +19,9 @@ from toolfleet.shared.naming import actor_name_for
 from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallRequest, ToolCallResult
 from toolfleet.worker.isolation.base import KILL_MARGIN_S
 from toolfleet.worker.isolation.inproc import LOOP_MARGIN_S
+from toolfleet.worker.messaging.broker import FleetRedisBroker
 from toolfleet.worker.pipeline.calls import DEADLINE_GRACE_S, Toolkit
-from toolfleet.worker.pipeline.ledger import InFlight, Ledger, Posted
+from toolfleet.worker.pipeline.ledger import InFlight, InlineAck, Ledger, Posted
 from toolfleet.worker.pipeline.observe import Observer
 from toolfleet.worker.supervision import metrics
 from toolfleet.worker.supervision.logs import call_scope
@@ -66,8 +68,11 @@ class MessageHandler:
         self._active: set[str] = set()
         self._active_lock = threading.Lock()
 
-    def handle(self, raw: Any, queue: str) -> None:
+    def handle(self, raw: Any, queue: str, ack: InlineAck | None = None) -> None:
         """Answer one message body (the orjson-encoded :class:`ToolCallRequest`).
+
+        ``ack``, when given, is the message's Dramatiq acknowledgement, made in the same
+        script that answers the call (the consumer then skips its own round trip).
 
         Raises:
             RejectedMessage: the body is not a request (after answering ``rejected`` when a
@@ -97,15 +102,17 @@ class MessageHandler:
                             request.id)  # fmt: skip
                 return
             try:
-                self._handle(request, queue, _size_bound(raw))
+                self._handle(request, queue, _size_bound(raw), ack)
             finally:
                 with self._active_lock:
                     self._active.discard(request.id)
 
-    def _handle(self, request: ToolCallRequest, queue: str, bound: int) -> None:
+    def _handle(
+        self, request: ToolCallRequest, queue: str, bound: int, ack: InlineAck | None
+    ) -> None:
         problem = deadline_problem(request.deadline, request.timeout_s, time.time())
         if problem:
-            self._finish(request, self._failure(request, Status.REJECTED, problem), queue)
+            self._finish(request, self._failure(request, Status.REJECTED, problem), queue, ack=ack)
             return
         # the whole message bounds the arguments: encode them only when it is too large
         size = bound
@@ -116,7 +123,7 @@ class MessageHandler:
                 f"the arguments are {size} bytes, over the limit of {self.max_arguments_bytes}"
             )
             metrics.OVERSIZE.labels("arguments").inc()
-            self._finish(request, self._failure(request, Status.REJECTED, message), queue)
+            self._finish(request, self._failure(request, Status.REJECTED, message), queue, ack=ack)
             return
         token = self.ledger.new_token()
         record = self._in_flight(request)
@@ -134,7 +141,8 @@ class MessageHandler:
                 return
             served = self.toolkit.served.get(request.function)
             if served is None or not served.idempotent:
-                self._finish(request, self._failure(request, Status.CRASHED, NOT_RETRIED), queue)
+                crashed = self._failure(request, Status.CRASHED, NOT_RETRIED)
+                self._finish(request, crashed, queue, ack=ack)
                 return
             log.warning(
                 "call %s: worker %s died; re-running the idempotent tool", request.id, claim.owner
@@ -143,10 +151,10 @@ class MessageHandler:
         if claim.canceled:
             if request.deadline <= time.time():
                 late = self._failure(request, Status.EXPIRED, EXPIRED_MESSAGE)
-                self._finish(request, late, queue)
+                self._finish(request, late, queue, ack=ack)
                 return
             canceled = self._failure(request, Status.CANCELED, "the call was canceled")
-            self._finish(request, canceled, queue)
+            self._finish(request, canceled, queue, ack=ack)
             return
         requested = self.observer.requested(request)
         try:
@@ -157,7 +165,7 @@ class MessageHandler:
                 request, self._failure(request, Status.CRASHED, "worker error"), queue, True
             )
             raise
-        self._finish(request, result, queue, requested)
+        self._finish(request, result, queue, requested, ack)
 
     def _in_flight(self, request: ToolCallRequest) -> InFlight:
         """The watchdog's record of the call: by when this process answers it itself."""
@@ -191,18 +199,19 @@ class MessageHandler:
         result: ToolCallResult,
         queue: str,
         requested: dict[str, Any] | None = None,
+        ack: InlineAck | None = None,
     ) -> None:
         tracing.record_status(result.status)
         responded = self.observer.responded(request, result, queue, requested is not None)
-        events = [e for e in (requested, responded) if e is not None]
+        events = [stream_event(responded, requested)]
         try:
-            posted = self.ledger.finish(request, result, events)
+            posted = self.ledger.finish(request, result, events, ack)
         except codec.EncodeError as exc:
             log.error("result of %s could not be encoded: %s", request.id, exc)
             fallback = self._failure(
                 request, Status.CRASHED, "the tool's result could not be encoded"
             )
-            posted = self.ledger.finish(request, fallback)
+            posted = self.ledger.finish(request, fallback, ack=ack)
         if posted == Posted.ALREADY_ANSWERED:
             log.warning(
                 "late %s result of %s (call %s) discarded: the call was answered already",
@@ -253,6 +262,30 @@ def post_rejection(client: redis.Redis, ttl_s: int, raw: Any, why: str, worker: 
     return True
 
 
+def stream_event(responded: dict[str, Any], requested: dict[str, Any] | None) -> dict[str, Any]:
+    """The one ``<ns>:events`` entry of a call: its ``tool_responded`` event.
+
+    When the call was run, the entry also carries the request's ``requested_at`` (epoch
+    seconds) and ``arguments`` (``[redacted]`` unless the extension opted in) from its
+    ``tool_requested`` event, which fires in-process only.
+    """
+    if requested is None:
+        return responded
+    return {**responded, "requested_at": requested["at"], "arguments": requested["arguments"]}
+
+
+def inline_ack(broker: RedisBroker) -> InlineAck | None:
+    """The acknowledgement of the message this worker thread is handling, made with its answer.
+
+    None when the broker cannot take it (not a :class:`FleetRedisBroker`, or no current
+    message): Dramatiq then acknowledges the message itself, as usual.
+    """
+    if not isinstance(broker, FleetRedisBroker):
+        return None
+    message = CurrentMessage.get_current_message()
+    return broker.inline_ack(message) if message is not None else None
+
+
 def _size_bound(raw: Any) -> int:
     """An upper bound of the encoded message in bytes (UTF-8: at most 4 bytes a character)."""
     if isinstance(raw, bytes):
@@ -283,7 +316,7 @@ def declare_actors(
     for queue, counted_as in sorted(served.items()):
 
         def call_tool(raw: Any, *, _queue: str = counted_as) -> None:
-            handler.handle(raw, _queue)
+            handler.handle(raw, _queue, inline_ack(broker))
 
         declare = dramatiq.actor(
             actor_name=actor_name_for(queue),

@@ -6,14 +6,17 @@ idle waits for the next poll. This consumer instead blocks in Redis with
 ``BLMOVE q q LEFT LEFT`` (pop the head and push it back: the list is unchanged, and
 the command returns as soon as the list is non-empty), then fetches with Dramatiq's
 fetch, which also takes from the queue's account lanes round-robin
-(:mod:`toolfleet.shared.tenancy.lanes`). Message format, acks, heartbeats and dead
-letters are Dramatiq's. A message that does not decode is dead-lettered on its own instead of
-failing the consumer (which would strand the messages fetched with it until Dramatiq
-noticed the worker as dead). So is one that decodes but that Dramatiq's worker could not
-handle safely (see :func:`unusable`): Dramatiq trusts the message's fields, and a body
-with, say, an unhashable ``message_id`` crashes the consumer thread, a ``queue_name`` of
-another queue or a ``throws`` option that is not an exception class kills the worker
-thread that took it, and an ``eta`` far in the future holds a prefetch slot for good.
+(:mod:`toolfleet.shared.tenancy.lanes`). A message whose call is answered is
+acknowledged in the script that posts the reply (Dramatiq's ``ack`` commands, on its
+keys), saving Dramatiq's own round trip. Message format, keys, acks, heartbeats and dead
+letters are Dramatiq's. A message that does not decode is dead-lettered on its own
+instead of failing the consumer (which would strand the messages fetched with it until
+Dramatiq noticed the worker as dead). So is one that decodes but that Dramatiq's worker
+could not handle safely (see :func:`unusable`): Dramatiq trusts the message's fields,
+and a body with, say, an unhashable ``message_id`` crashes the consumer thread, a
+``queue_name`` of another queue or a ``throws`` option that is not an exception class
+kills the worker thread that took it, and an ``eta`` far in the future holds a prefetch
+slot for good.
 This relies on
 ``dramatiq.brokers.redis._RedisConsumer`` internals of the pinned Dramatiq version;
 ``tests/test_dramatiq_contract.py`` fails when they change.
@@ -37,6 +40,7 @@ from dramatiq.middleware import CurrentMessage, ShutdownNotifications
 
 from toolfleet.shared.tenancy.lanes import LANES, TOKEN, cursor_key, lane_key
 from toolfleet.worker.messaging.middleware import FleetMiddleware
+from toolfleet.worker.pipeline.ledger import InlineAck
 from toolfleet.worker.supervision.redis_factory import redis_client
 
 __all__ = ["FleetRedisBroker", "WaitingConsumer", "fleet_middleware", "make_broker", "unusable"]
@@ -85,11 +89,20 @@ class WaitingConsumer(_RedisConsumer):
         self._failures += 1
 
     def ack(self, message: MessageProxy) -> None:
-        """Acknowledge, retrying for up to ``ACK_RETRY_S`` while Redis is unreachable."""
+        """Acknowledge, retrying for up to ``ACK_RETRY_S`` while Redis is unreachable.
+
+        A message acknowledged already by the script that answered its call (see
+        :meth:`FleetRedisBroker.inline_ack`) costs no round trip.
+        """
+        inline = self.broker.take_inline_ack(message)
+        if inline is not None and inline.done:
+            self.queued_message_ids.discard(message.message_id)
+            return
         self._settle(super().ack, message)
 
     def nack(self, message: MessageProxy) -> None:
         """Dead-letter, retrying for up to ``ACK_RETRY_S`` while Redis is unreachable."""
+        self.broker.take_inline_ack(message)
         self._settle(super().nack, message)
 
     def _settle(self, settle: Callable[[MessageProxy], None], message: MessageProxy) -> None:
@@ -276,6 +289,33 @@ class FleetRedisBroker(RedisBroker):
     on_poison: Callable[[str, bytes, Exception], None] | None = None
     poison_messages = 0
     _fetch_script: Any = None
+    _inline_acks: dict[str, InlineAck] | None = None
+
+    def inline_ack(self, message: MessageProxy | Message[Any]) -> InlineAck | None:
+        """An acknowledgement of ``message`` for the script that answers its call to make.
+
+        Dramatiq's ``ack`` (drop the id from this broker's acks set of the queue; if it was
+        there, drop the body), done by :func:`~toolfleet.worker.pipeline.ledger.post_outcome`
+        in the round trip that posts the reply. The consumer's :meth:`WaitingConsumer.ack`
+        then skips its own round trip; when the call ends unanswered (``done`` still False)
+        it acknowledges as Dramatiq does. None for a delay queue (its messages are re-enqueued,
+        not answered) or a message without a string ``redis_message_id``.
+        """
+        redis_id = message.options.get("redis_message_id")
+        queue = message.queue_name
+        if not isinstance(redis_id, str) or queue == dq_name(q_name(queue)):
+            return None
+        ack = InlineAck(self._acks_key(queue), f"{self.namespace}:{queue}.msgs", redis_id)
+        if self._inline_acks is None:
+            self._inline_acks = {}
+        self._inline_acks[redis_id] = ack
+        return ack
+
+    def take_inline_ack(self, message: MessageProxy) -> InlineAck | None:
+        """Remove and return the :meth:`inline_ack` made for ``message``, if any."""
+        if not self._inline_acks:
+            return None
+        return self._inline_acks.pop(str(message.options.get("redis_message_id")), None)
 
     def fetch_with_ids(self, queue_name: str, count: int) -> list[tuple[str, bytes | None]]:
         """Fetch up to ``count`` messages as ``(redis id, body)`` pairs.

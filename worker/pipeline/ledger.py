@@ -50,7 +50,15 @@ from toolfleet.shared.naming import (
 )
 from toolfleet.shared.wire import ReplyEnvelope, ToolCallRequest, ToolCallResult, ToolEvent
 
-__all__ = ["Claim", "InFlight", "Ledger", "Posted", "owner_of", "post_outcome"]
+__all__ = [
+    "Claim",
+    "InFlight",
+    "InlineAck",
+    "Ledger",
+    "Posted",
+    "owner_of",
+    "post_outcome",
+]
 
 log = logging.getLogger("toolfleet.worker.ledger")
 
@@ -77,16 +85,23 @@ end
 return {2, redis.call("get", KEYS[1]) or "", cancel, switches}
 """
 
-#: KEYS: outcome, reply list, cancel marker, in-flight hash, events stream. ARGV: reply
-#: envelope, outcome ttl (s), reply ttl (s), call id, events maxlen, events...
+#: KEYS: outcome, reply list, cancel marker, in-flight hash, events stream, and optionally
+#: the message's Dramatiq acks set and messages hash. ARGV: reply envelope, outcome ttl (s),
+#: reply ttl (s), call id, events maxlen, the message's Redis id (or ""), events...
+#: With the two Dramatiq keys the message is acknowledged first, as Dramatiq's own ``ack``
+#: does it (drop the id from the acks set; if it was there, drop the body), whatever the
+#: outcome: the delivery is over once its call is answered, by this worker or another.
 #: Returns 0 when an outcome existed (nothing written), 1 when recorded and posted, 2 when
 #: recorded but not posted (a cancel marker other than REQUESTED: the producer resolved
 #: the call itself).
 _FINISH = """
+if #KEYS == 7 and redis.call("srem", KEYS[6], ARGV[6]) > 0 then
+    redis.call("hdel", KEYS[7], ARGV[6])
+end
 redis.call("hdel", KEYS[4], ARGV[4])
 if redis.call("exists", KEYS[1]) == 1 then return 0 end
 redis.call("set", KEYS[1], ARGV[1], "EX", ARGV[2])
-for i = 6, #ARGV do
+for i = 7, #ARGV do
     redis.call("xadd", KEYS[5], "MAXLEN", "~", ARGV[5], "*", "event", ARGV[i])
 end
 local cancel = redis.call("get", KEYS[3])
@@ -106,6 +121,26 @@ class Posted:
     POSTED = 1
     #: the outcome was recorded; no reply, because the producer resolved the call itself
     RESOLVED_BY_PRODUCER = 2
+
+
+@dataclass
+class InlineAck:
+    """A Dramatiq message to acknowledge in the script that answers its call.
+
+    Made by the broker for the message a worker thread is handling; the consumer skips its
+    own acknowledgement round trip when ``done``.
+
+    Attributes:
+        acks_key: the consumer's Dramatiq acks set (``<ns>:__acks__.<broker id>.<queue>``).
+        msgs_key: the queue's Dramatiq messages hash (``<ns>:<queue>.msgs``).
+        redis_id: the message's ``redis_message_id``.
+        done: set once a script that acknowledged it returned.
+    """
+
+    acks_key: str
+    msgs_key: str
+    redis_id: str
+    done: bool = False
 
 
 class InFlight(BaseModel):
@@ -170,6 +205,7 @@ def post_outcome(
     reply_ttl_s: int,
     events: list[bytes] | None = None,
     events_maxlen: int = 100_000,
+    ack: InlineAck | None = None,
 ) -> int:
     """Record a call's outcome and post its reply, unless it was answered already (atomic).
 
@@ -184,6 +220,8 @@ def post_outcome(
         reply_ttl_s: seconds the reply list is kept.
         events: encoded lifecycle events, appended only when the outcome is recorded.
         events_maxlen: the events stream is capped at about this many entries.
+        ack: the Dramatiq message to acknowledge in the same script (marked ``done`` when
+            the script returned), or None.
 
     Returns:
         A :class:`Posted` value.
@@ -198,8 +236,14 @@ def post_outcome(
         inflight_key(namespace, worker_id),
         events_key(namespace),
     ]
-    argv: list[Any] = [envelope, ttl_s, reply_ttl_s, call_id, events_maxlen, *(events or [])]
-    return int(client.register_script(_FINISH)(keys, argv))
+    if ack is not None:
+        keys += [ack.acks_key, ack.msgs_key]
+    redis_id = ack.redis_id if ack is not None else ""
+    argv: list[Any] = [envelope, ttl_s, reply_ttl_s, call_id, events_maxlen, redis_id]
+    posted = int(client.register_script(_FINISH)(keys, [*argv, *(events or [])]))
+    if ack is not None:
+        ack.done = True
+    return posted
 
 
 class Ledger:
@@ -313,10 +357,12 @@ class Ledger:
         request: ToolCallRequest,
         result: ToolCallResult,
         events: list[dict[str, Any]] | None = None,
+        ack: InlineAck | None = None,
     ) -> int:
         """Record the outcome and post the reply unless the call was answered already.
 
         ``events`` go to the capped ``<ns>:events`` stream, only with a recorded outcome.
+        ``ack``, when given, is the call's Dramatiq message, acknowledged in the same script.
         One atomic script; retried while Redis is unreachable (a retry after a lost
         response finds the outcome and posts nothing more).
 
@@ -333,7 +379,7 @@ class Ledger:
         def write() -> int:
             return post_outcome(
                 self.client, self.namespace, self.worker_id, request.id, request.reply_to,
-                data, ttl_s, self.reply_ttl_s, encoded, self.events_maxlen,
+                data, ttl_s, self.reply_ttl_s, encoded, self.events_maxlen, ack,
             )  # fmt: skip
 
         return self._retrying(request, "answer", write)
