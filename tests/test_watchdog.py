@@ -15,7 +15,7 @@ from toolfleet.producer import ToolClient
 from toolfleet.shared import Status
 from toolfleet.shared.naming import brokers_key, inflight_key
 from toolfleet.shared.wire import ReplyEnvelope, ToolCallRequest, ToolCallResult, new_call_id
-from toolfleet.worker.pipeline.ledger import InFlight
+from toolfleet.worker.pipeline.ledger import MIN_ANSWER_S, InFlight
 from toolfleet.worker.supervision.watchdog import Watchdog
 
 P = "ext_promise_"
@@ -127,6 +127,35 @@ def test_watchdog_answers_overdue_calls_once_and_counts_them(
         samples = {s.labels["function"]: s.value for m in watchdog.collect() for s in m.samples}
         assert samples == {"ext_x_slow": 1.0}
     finally:
+        for key in r.scan_iter(match=f"{ns}*"):
+            r.delete(key)
+        r.close()
+
+
+def test_idle_watchdog_looks_less_often_yet_answers_a_new_call_in_time(
+    redis_url: str, namespace: str
+) -> None:
+    """With nothing in flight the watchdog pauses longer, but a call claimed right after an
+    empty check is read before it falls due (its record is due MIN_ANSWER_S + margin later)."""
+    r = redis.Redis.from_url(redis_url)
+    ns = f"{namespace}-wdidle-{uuid.uuid4().hex[:6]}"
+    worker_id = f"{socket.gethostname()}:4343"
+    watchdog = Watchdog(r, ns, 60, lambda: {worker_id: 4343}, lambda pid: None)
+    try:
+        assert watchdog.idle_interval_s > watchdog.interval_s
+        assert watchdog.check(now=time.time()) == 0
+        reply_to = f"{ns}:reply:y"
+        watchdog.start()
+        time.sleep(0.05)  # a check may have just run: the next one is an idle pause away
+        claimed = time.time()
+        record = InFlight(id="call-2", function="ext_x_hog", reply_to=reply_to,
+                          answer_by=claimed + MIN_ANSWER_S, limit_s=0.0)  # fmt: skip
+        r.hset(inflight_key(ns, worker_id), "call-2", record.model_dump_json())
+        assert watchdog.check(now=claimed) == 1  # read, not yet due
+        assert r.brpop([reply_to], timeout=30) is not None  # answered timeout by the thread
+        assert watchdog.idle_interval_s <= MIN_ANSWER_S + watchdog.margin_s - watchdog.interval_s
+    finally:
+        watchdog.stop()
         for key in r.scan_iter(match=f"{ns}*"):
             r.delete(key)
         r.close()

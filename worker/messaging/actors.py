@@ -21,7 +21,7 @@ from toolfleet.worker.isolation.base import KILL_MARGIN_S
 from toolfleet.worker.isolation.inproc import LOOP_MARGIN_S
 from toolfleet.worker.messaging.broker import FleetRedisBroker
 from toolfleet.worker.pipeline.calls import DEADLINE_GRACE_S, Toolkit
-from toolfleet.worker.pipeline.ledger import InFlight, InlineAck, Ledger, Posted
+from toolfleet.worker.pipeline.ledger import MIN_ANSWER_S, InFlight, InlineAck, Ledger, Posted
 from toolfleet.worker.pipeline.observe import Observer
 from toolfleet.worker.supervision import metrics
 from toolfleet.worker.supervision.logs import call_scope
@@ -39,8 +39,6 @@ NOT_RETRIED = (
 EXPIRED_MESSAGE = "the call's deadline passed before it could run"
 #: Seconds past its limit a call may take to be answered by its own process, by isolation.
 ISOLATION_MARGIN_S = {"thread": 0.0, "async": LOOP_MARGIN_S, "process": KILL_MARGIN_S}
-#: The watchdog never answers a call within this many seconds of its claim.
-MIN_ANSWER_S = 0.5
 
 
 class RejectedMessage(Exception):  # noqa: N818 - Dramatiq "throws" exception, not an error of ours

@@ -51,6 +51,7 @@ from toolfleet.shared.naming import (
 from toolfleet.shared.wire import ReplyEnvelope, ToolCallRequest, ToolCallResult, ToolEvent
 
 __all__ = [
+    "MIN_ANSWER_S",
     "Claim",
     "InFlight",
     "InlineAck",
@@ -66,6 +67,9 @@ T = TypeVar("T")
 
 #: Seconds between attempts while Redis is unreachable (the last one repeats).
 RETRY_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
+#: An in-flight record's ``answer_by`` is at least this many seconds after its claim: the
+#: watchdog never answers a call sooner (and, idle, need not look more often).
+MIN_ANSWER_S = 0.5
 
 
 #: KEYS: claim, outcome, cancel marker, in-flight hash, switches hash. ARGV: token, ttl

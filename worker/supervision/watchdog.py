@@ -8,7 +8,9 @@ calls in ``<ns>:inflight:<worker id>`` with the time by which it answers them it
 (the limit plus its isolation's margin; see :class:`~toolfleet.worker.pipeline.ledger.InFlight`)
 and removes a record in the same atomic step that posts the call's reply.
 
-Every ``interval_s`` the watchdog reads the records of the supervisor's live processes.
+Every ``interval_s`` the watchdog reads the records of the supervisor's live processes;
+while it finds none, it reads them less often (a record is due at the earliest
+``MIN_ANSWER_S`` after its claim, so the idle pause loses no time).
 A record ``margin_s`` past its ``answer_by`` gets the ``timeout`` reply from here
 (through :func:`~toolfleet.worker.pipeline.ledger.post_outcome`: if the process answered first,
 nothing is posted; if it answers later, its late result is discarded), an error log line
@@ -39,7 +41,7 @@ from pydantic import ValidationError
 
 from toolfleet.shared.naming import brokers_key, inflight_key
 from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallResult
-from toolfleet.worker.pipeline.ledger import InFlight, Posted, post_outcome
+from toolfleet.worker.pipeline.ledger import MIN_ANSWER_S, InFlight, Posted, post_outcome
 
 __all__ = ["Watchdog", "start_watchdog"]
 
@@ -55,7 +57,7 @@ class Watchdog:
         reply_ttl_s: seconds replies and outcomes are kept.
         processes: returns ``{worker id: pid}`` of the live worker processes.
         replace: kills the process of a pid (the supervisor restarts it).
-        interval_s: seconds between two checks.
+        interval_s: seconds between two checks while calls run.
         margin_s: seconds past ``answer_by`` before the watchdog answers.
         grace_s: seconds after that before a process still not answering is replaced
             (at least its heartbeat interval, so a live one has refreshed its heartbeat).
@@ -94,19 +96,34 @@ class Watchdog:
         """Stop checking (within ``interval_s``)."""
         self._stop.set()
 
+    @property
+    def idle_interval_s(self) -> float:
+        """Seconds between two checks that found no running call.
+
+        A call claimed after an empty check is due ``MIN_ANSWER_S + margin_s`` after its
+        claim at the earliest; the next check, this long after, sees it in time to answer
+        it as promptly as a check every ``interval_s`` would.
+        """
+        return max(self.interval_s, MIN_ANSWER_S + self.margin_s - self.interval_s)
+
     def _run(self) -> None:
         failing = False
-        while not self._stop.wait(self.interval_s):
+        pause = self.interval_s
+        while not self._stop.wait(pause):
             try:
-                self.check(time.time())
+                running = self.check(time.time())
+                pause = self.interval_s if running else self.idle_interval_s
                 failing = False
             except redis.RedisError as exc:
                 if not failing:
                     log.warning("watchdog cannot read Redis: %s; retrying", exc)
                 failing = True
 
-    def check(self, now: float) -> None:
+    def check(self, now: float) -> int:
         """One pass over every live process's running calls (``now``: epoch seconds).
+
+        Returns:
+            How many in-flight records it read.
 
         Raises:
             redis.RedisError: Redis failed.
@@ -116,7 +133,9 @@ class Watchdog:
         for worker_id in processes:
             pipe.hgetall(inflight_key(self.namespace, worker_id))
         seen: set[tuple[str, str]] = set()
+        running = 0
         for (worker_id, pid), records in zip(processes.items(), pipe.execute(), strict=True):
+            running += len(records)
             for raw in records.values():
                 try:
                     record = InFlight.model_validate_json(raw)
@@ -140,6 +159,7 @@ class Watchdog:
                     self.client.delete(inflight_key(self.namespace, worker_id))
                     self.replace(pid)
         self._answered = {key: at for key, at in self._answered.items() if key in seen}
+        return running
 
     def _beat_since(self, worker_id: str, since: float) -> bool:
         """True when the process refreshed its broker heartbeat after ``since`` (epoch s).
