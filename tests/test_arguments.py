@@ -51,6 +51,11 @@ def test_array_sent_as_string_is_decoded() -> None:
     assert parse_arguments({"values": "[1, 2.5]"}, Vector).values == [1.0, 2.5]  # type: ignore[attr-defined]
 
 
+def test_a_string_that_is_no_array_where_one_is_wanted_names_the_field() -> None:
+    """ "1, 2" where an array is wanted names the field, never a TypeError."""
+    assert _error({"values": "1, 2"}, Vector).startswith("values: ")
+
+
 @pytest.mark.parametrize("raw", ["", "null", None, "{}", {}])
 def test_empty_forms_run_a_tool_without_parameters(raw: object) -> None:
     """ "", "null", null and "{}" mean no arguments for a tool without parameters."""

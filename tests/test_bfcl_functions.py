@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from toolfleet.extensions.bfcl import TOOLS, extension
 from toolfleet.extensions.bfcl.geometry import PolygonArea, PolygonAreaArguments
 from toolfleet.shared import ExtensionContext, ExtensionToolError, Tool
+from toolfleet.worker.devtools.replay_match import bit_exact
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "bfcl"
 EXPECTED_FILE = DATA_DIR / "derived" / "BFCL_v3_exec_expected_results.jsonl"
@@ -148,23 +149,6 @@ def _mismatch(actual: Any, expected: Any, path: str = "$") -> str | None:
     return None
 
 
-def _bit_exact(actual: Any, expected: Any) -> bool:
-    """Same JSON types and values, floats identical to the last bit."""
-    if _json_type(actual) != _json_type(expected):
-        return False
-    if isinstance(expected, float):
-        return bool(actual.hex() == expected.hex())
-    if isinstance(expected, list):
-        return len(actual) == len(expected) and all(
-            _bit_exact(got, want) for got, want in zip(actual, expected, strict=True)
-        )
-    if isinstance(expected, dict):
-        return set(actual) == set(expected) and all(
-            _bit_exact(actual[key], want) for key, want in expected.items()
-        )
-    return bool(actual == expected)
-
-
 # --------------------------------------------------------------------------- extension
 
 
@@ -219,14 +203,14 @@ def test_offline_data_counts() -> None:
     platform.machine().lower() not in {"x86_64", "amd64"} or platform.libc_ver()[0] != "glibc",
     reason="the expected floats were computed with glibc's libm on x86-64",
 )
-def test_offline_results_are_bit_exact() -> None:
+def test_offline_results_arebit_exact() -> None:
     if not OFFLINE_CALLS:
         pytest.skip(MISSING)
     checked = [call for call in OFFLINE_CALLS if "expected_result" in call]
     inexact = [
         f"{call['id']}#{call['index']}"
         for call in checked
-        if not _bit_exact(_run(call["name"], call["arguments"]), call["expected_result"])
+        if not bit_exact(_run(call["name"], call["arguments"]), call["expected_result"])
     ]
     exact = len(checked) - len(inexact)
     print(f"bfcl offline calls: {exact}/{len(checked)} bit-exact; not bit-exact: {inexact}")
@@ -375,7 +359,7 @@ SPEC_EXAMPLES: list[tuple[str, dict[str, Any], Any]] = [
 @pytest.mark.parametrize(("name", "arguments", "expected"), SPEC_EXAMPLES)
 def test_spec_example(name: str, arguments: dict[str, Any], expected: Any) -> None:
     result = _run(name, arguments)
-    assert _bit_exact(result, expected), f"{name}({arguments}) -> {result!r}, not {expected!r}"
+    assert bit_exact(result, expected), f"{name}({arguments}) -> {result!r}, not {expected!r}"
 
 
 def test_estimate_derivative_precedence() -> None:

@@ -51,7 +51,6 @@ CRD_SCHEMAS = {
 #: The label kube-prometheus-stack's Prometheus selects PodMonitors and rules by.
 RELEASE = {"release": "kube-prometheus-stack"}
 WORKER_LABELS = {"app.kubernetes.io/name": "toolfleet", "app.kubernetes.io/component": "worker"}
-ISSUE_6 = "issue 6: `toolfleet health` is not in the CLI yet"
 
 
 def _missing(what: str) -> None:
@@ -497,8 +496,6 @@ def _toolfleet_variables(docs: list[dict[str, Any]]) -> set[str]:
 def _check_settings_names(names: set[str]) -> None:
     known = {f"TOOLFLEET_{name.upper()}" for name in Settings.model_fields}
     unknown = names - known
-    if unknown == {"TOOLFLEET_METRICS_PORT"} and "health" not in cli.commands:
-        pytest.xfail("issue 6: the metrics port setting is not in Settings yet")
     assert not unknown, f"not fields of toolfleet.shared.settings.Settings: {sorted(unknown)}"
 
 
@@ -832,8 +829,6 @@ def test_compose_worker_grace_metrics_dir_and_commands() -> None:
         n for s in services.values() for n in s.get("environment", {}) if n.startswith("TOOLFLEET_")
     }
     _check_settings_names(names)
-    if "health" not in cli.commands:
-        pytest.xfail(ISSUE_6)
     _parse_cli(health[1:])
 
 
@@ -845,11 +840,9 @@ def test_compose_images_are_pinned() -> None:
         assert repository and "/" not in tag and tag != "latest", f"{name}: {image}"
 
 
-def test_grafana_dashboard_is_valid_json_when_present() -> None:
-    """deploy/grafana/toolfleet.json (from issue 6), provisioned by compose, is a dashboard."""
+def test_grafana_dashboard_is_valid_json() -> None:
+    """deploy/grafana/toolfleet.json, provisioned by compose, is a dashboard."""
     path = DEPLOY / "grafana" / "toolfleet.json"
-    if not path.exists():
-        pytest.skip("issue 6 creates deploy/grafana/toolfleet.json; compose provisions it")
     dashboard = json.loads(path.read_text())
     assert dashboard.get("panels") or dashboard.get("rows")
 

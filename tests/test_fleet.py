@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
 from pathlib import Path
 
+import pytest
 import redis
 
 from conftest import Fleet
@@ -37,34 +39,29 @@ def test_tool_call_id_and_context_ride_along(client: ToolClient) -> None:
     assert result.worker and ":" in result.worker
 
 
-def test_malformed_json_string_is_invalid_arguments(client: ToolClient) -> None:
-    """A truncated JSON string is answered invalid_arguments saying where parsing stopped."""
-    result = client.call(F + "add", '{"a": 450, "b": 3')
-    assert result.status is Status.INVALID_ARGUMENTS
-    assert "not valid JSON" in result.error and "column" in result.error
+@pytest.mark.parametrize(
+    "arguments",
+    ['{"path": "', {}, {"path": "MARK", "verbose": True}, "[]", {"path": ["MARK"]}],
+    ids=["truncated-json", "missing", "unexpected", "not-an-object", "wrong-type"],
+)
+def test_arguments_the_policy_refuses_are_invalid_arguments_and_never_run(
+    client: ToolClient, tmp_path: Path, arguments: object
+) -> None:
+    """The worker answers arguments that do not parse or validate invalid_arguments and
+    does not run the tool (the policy's cases and messages: test_arguments.py)."""
+    mark = tmp_path / "ran"
+    if isinstance(arguments, dict):
+        arguments = {k: (str(mark) if v == "MARK" else v) for k, v in arguments.items()}
+    result = client.call(F + "mark", arguments)
+    assert result.status is Status.INVALID_ARGUMENTS and result.error, result
+    assert result.worker is not None and not mark.exists()
 
 
-def test_missing_argument_is_named(client: ToolClient) -> None:
-    """A missing required argument is invalid_arguments naming it."""
-    result = client.call(F + "add", {"a": 1})
-    assert result.status is Status.INVALID_ARGUMENTS
-    assert result.error == "b: field required"
-
-
-def test_extra_argument_is_named(client: ToolClient) -> None:
-    """An argument the tool does not declare is invalid_arguments naming it."""
-    result = client.call(F + "add", {"a": 1, "b": 2, "verbose": True})
-    assert result.status is Status.INVALID_ARGUMENTS
-    assert result.error == "unexpected argument: verbose"
-
-
-def test_uncoercible_argument_is_named_and_coercible_one_runs(client: ToolClient) -> None:
-    """ "abc" for an integer is invalid_arguments naming the field; "20" is coerced and runs."""
-    bad = client.call(F + "add", {"a": "abc", "b": 1})
-    assert bad.status is Status.INVALID_ARGUMENTS
-    assert bad.error.startswith("a: ")
-    good = client.call(F + "add", '{"a": "20", "b": "5"}')
-    assert good.status is Status.OK and good.content == 25
+def test_arguments_double_encoded_by_the_model_run(client: ToolClient, tmp_path: Path) -> None:
+    """Arguments sent as a JSON string holding the JSON object run the tool."""
+    mark = tmp_path / "ran"
+    result = client.call(F + "mark", json.dumps(json.dumps({"path": str(mark)})))
+    assert result.status is Status.OK and mark.exists()
 
 
 def test_unknown_function(client: ToolClient) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import inspect
+from typing import Any
 
 import pytest
 
@@ -66,14 +68,41 @@ def test_all_is_exactly_the_public_names(module: str) -> None:
         assert hasattr(imported, name), name
 
 
-def test_design_names_import() -> None:
-    """The names DESIGN.md fixes import from where it says."""
+def test_design_api_keeps_its_shapes() -> None:
+    """The API DESIGN.md fixes keeps its shapes: client constructors and submit signatures,
+    Extension(slug, version, tools=[...]), ExtensionToolError as tool_error, the statuses."""
     from toolfleet.producer import AsyncToolClient, ToolClient
     from toolfleet.shared import Extension, ExtensionToolError, Status, Tool, ToolCallResult
+    from toolfleet.shared.errors import ToolCallError
 
-    assert all(
-        (Tool, ExtensionToolError, Extension, ToolCallResult, Status, ToolClient, AsyncToolClient)
-    )
+    keyword_only = inspect.Parameter.KEYWORD_ONLY
+    for client_class in (ToolClient, AsyncToolClient):
+        init = inspect.signature(client_class.__init__).parameters
+        assert list(init)[1] == "redis_url" and init["redis_url"].default is None
+        assert init["namespace"].kind is keyword_only
+        submit = inspect.signature(client_class.submit).parameters
+        assert list(submit)[1:3] == ["function", "arguments"]
+        options = {name: (submit[name].kind, submit[name].default) for name in list(submit)[3:]}
+        assert options == {
+            "tool_call_id": (keyword_only, None),
+            "context": (keyword_only, None),
+            "timeout_s": (keyword_only, 30.0),
+        }
+
+    class Hello(Tool):
+        """Say hello."""
+
+        name = "hello"
+
+        def call(self, arguments: Any, context: Any) -> str:
+            return "hello"
+
+    extension = Extension("demo", "1.0.0", tools=[Hello])
+    assert (extension.slug, extension.version, list(extension.tools)) == ("demo", "1.0.0", [Hello])
+    assert issubclass(ExtensionToolError, ToolCallError)
+    assert ExtensionToolError.status is Status.TOOL_ERROR
+    result = ToolCallResult(id="1", function="f", status="timeout", content={"error": "late"})
+    assert result.status is Status.TIMEOUT and result.status == "timeout"
     assert {s.value for s in Status} == {
         "ok",
         "tool_error",

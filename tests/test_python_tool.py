@@ -36,6 +36,7 @@ from toolfleet.shared import codec
 from toolfleet.shared.errors import ToolTimeoutError
 from toolfleet.shared.tool import ExtensionContext
 from toolfleet.shared.wire import Status
+from toolfleet.worker.isolation import InProcessRunner
 
 FUNCTION = "ext_python_run"
 QUICK = "ext_python_quick_run"
@@ -277,7 +278,7 @@ def test_worker_cancellation_kills_the_process_group_at_the_limit(
 ) -> None:
     """Under the worker's runner the call times out at the limit and its processes die."""
     box = sandbox()
-    runner = _in_process_runner()
+    runner = InProcessRunner()
 
     def call(code: str, limit_s: float = 5.0) -> Any:
         return runner.run_async(
@@ -298,18 +299,6 @@ def test_worker_cancellation_kills_the_process_group_at_the_limit(
         runner.run_async(box.tool.pool().aclose, 10)
     finally:
         runner.close()
-
-
-def _in_process_runner() -> Any:
-    """The worker's runner of async tools (it moved to toolfleet.worker.isolation)."""
-    try:
-        from toolfleet.worker.isolation import InProcessRunner
-
-        return InProcessRunner()
-    except ImportError:
-        from toolfleet.worker.runner import Runner  # type: ignore[import-not-found,unused-ignore]
-
-        return Runner()
 
 
 def test_worker_exit_removes_interpreters_and_directories(tmp_path: Path) -> None:

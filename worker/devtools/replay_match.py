@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import struct
 from typing import Any
 
 __all__ = ["REL_TOL", "bit_exact", "matches"]
@@ -37,5 +38,31 @@ def matches(actual: Any, expected: Any, rel_tol: float = REL_TOL) -> bool:
 
 
 def bit_exact(actual: Any, expected: Any) -> bool:
-    """True when equal with exact floats and identical JSON types."""
-    return matches(actual, expected, rel_tol=0.0)
+    """True when ``actual`` is ``expected`` to the last bit.
+
+    Same JSON types (a boolean is not a number, ``1`` is not ``1.0``), integers and
+    strings equal, floats identical in all 64 bits: ``-0.0`` is not ``0.0``, a NaN is
+    bit-exact only to a NaN with the same sign and payload. Lists and objects element by
+    element.
+    """
+    if isinstance(expected, bool) or isinstance(actual, bool):
+        return type(actual) is type(expected) and actual == expected
+    if isinstance(expected, float) or isinstance(actual, float):
+        return (
+            isinstance(actual, float)
+            and isinstance(expected, float)
+            and (_bits(actual) == _bits(expected))
+        )
+    if isinstance(expected, list) and isinstance(actual, list):
+        return len(actual) == len(expected) and all(
+            bit_exact(a, e) for a, e in zip(actual, expected, strict=True)
+        )
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        return actual.keys() == expected.keys() and all(
+            bit_exact(actual[k], v) for k, v in expected.items()
+        )
+    return type(actual) is type(expected) and bool(actual == expected)
+
+
+def _bits(value: float) -> bytes:
+    return struct.pack("<d", value)
