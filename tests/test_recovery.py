@@ -25,9 +25,10 @@ from hypothesis import strategies as st
 
 from conftest import Fleet, start_fleet
 from toolfleet.producer import ToolClient
+from toolfleet.producer.publish import Publisher
 from toolfleet.shared import Status, codec
 from toolfleet.shared.naming import actor_name_for, brokers_key, claim_key
-from toolfleet.shared.wire import ReplyEnvelope, ToolCallResult
+from toolfleet.shared.wire import ReplyEnvelope, ToolCallRequest, ToolCallResult, new_call_id
 from toolfleet.worker.pipeline.ledger import owner_of
 
 #: The thread tools of tests/guarantee_tools.py without its process tools (no tool child
@@ -167,7 +168,7 @@ def _dead_lettered(r: redis.Redis, namespace: str, ids: list[str]) -> list[str]:
     return [i for i in ids if r.zscore(xq, i) is not None]
 
 
-# -- SIGKILL of one worker process with 1,000 calls in flight ---------------
+# -- SIGKILL of one worker process under load (1,000 and 5,000 calls in flight) --------
 
 
 def test_sigkill_mid_run_answers_every_call_once_and_never_reruns(
@@ -237,6 +238,89 @@ def test_sigkill_mid_run_answers_every_call_once_and_never_reruns(
         assert recovery_s < 10.0
         _wait_until(lambda: len(_worker_children(fleet)) == 2, 30, "the process restarted")
         assert victim not in _worker_children(fleet)
+    finally:
+        fleet.stop()
+        r.close()
+
+
+def test_sigkill_under_5000_calls_posts_exactly_one_reply_per_call(
+    redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """5,000 calls of a non-idempotent tool through 2 processes, one SIGKILLed mid-run.
+
+    The replies are read straight from the reply list (every message counted, so a second
+    reply to any call would show), and afterwards the list stays empty: each call gets
+    exactly one reply, ``ok`` (the tool ran once) or ``crashed`` (it was running on the
+    killed process and is not run again), and no call runs twice.
+    """
+    ns = _ns(namespace, "kill5k")
+    fleet = start_fleet(redis_url, ns, tmp_path / "worker.log", processes=2, threads=8,
+                        extra=TOOLS)  # fmt: skip
+    r = redis.Redis.from_url(redis_url)
+    reply_to = f"{ns}:reply:bulk"
+    total = 5000
+    try:
+        now = time.time()
+        requests = [
+            ToolCallRequest(
+                id=new_call_id(),
+                function=G + "count",
+                arguments={"key": f"{ns}:count:{i}", "seconds": 0.002},
+                reply_to=reply_to,
+                deadline=now + 240,
+                timeout_s=240.0,
+                sent_at=now,
+            )  # fmt: skip
+            for i in range(total)
+        ]
+        keys = {request.id: request.arguments["key"] for request in requests}  # type: ignore[index]
+        outcomes = Publisher(r, ns).publish_many([(QUEUE, request) for request in requests])
+        assert all(outcome is None for outcome in outcomes)
+        replies: dict[str, list[ToolCallResult]] = {}
+
+        def drain(timeout_s: float) -> None:
+            popped = r.blpop([reply_to], timeout=timeout_s)
+            while popped is not None:
+                envelope = ReplyEnvelope.decode(popped[1])
+                assert envelope.type == "result" and envelope.result is not None
+                replies.setdefault(envelope.result.id, []).append(envelope.result)
+                raw = r.lpop(reply_to)
+                popped = (reply_to.encode(), raw) if raw is not None else None
+
+        deadline = time.monotonic() + 120
+        while len(replies) < total // 5 and time.monotonic() < deadline:
+            drain(1.0)
+        assert len(replies) >= total // 5, f"only {len(replies)} replies before the kill"
+        victim = _worker_children(fleet)[0]
+        worker_id = f"{socket.gethostname()}:{victim}"
+        broker_id = r.hget(brokers_key(ns), worker_id)
+        assert broker_id is not None
+        os.kill(victim, signal.SIGSTOP)  # freeze it to read what it holds, then kill it
+        time.sleep(0.1)
+        held = r.smembers(f"{ns}:__acks__.{broker_id.decode()}.{QUEUE}")
+        os.kill(victim, signal.SIGKILL)
+        assert held, "the killed process held no calls: not mid-run"
+        deadline = time.monotonic() + 240
+        while len(replies) < total and time.monotonic() < deadline:
+            drain(1.0)
+        drain(3.0)  # a second reply to any call would arrive here
+        assert len(replies) == total, f"{total - len(replies)} calls unanswered"
+        twice = {call_id: len(got) for call_id, got in replies.items() if len(got) != 1}
+        assert not twice, f"calls answered more than once: {list(twice.items())[:5]}"
+        results = {call_id: got[0] for call_id, got in replies.items()}
+        statuses = {result.status for result in results.values()}
+        assert statuses <= {Status.OK, Status.CRASHED}, sorted(statuses)
+        runs = dict(zip(keys, (int(v or 0) for v in r.mget(list(keys.values()))), strict=True))
+        for call_id, result in results.items():
+            if result.status is Status.OK:
+                assert runs[call_id] == 1 and result.content == 1, (result, runs[call_id])
+            else:
+                assert runs[call_id] <= 1, (result, runs[call_id])
+        crashed = [result for result in results.values() if result.status is Status.CRASHED]
+        for result in crashed:
+            assert owner_of(r.get(claim_key(ns, result.id)).decode()) == worker_id  # type: ignore[union-attr]
+        print(f"\nSIGKILL under {total} calls: {len(held)} held by the killed process, "
+              f"{len(crashed)} of them running → crashed; every call answered once")  # fmt: skip
     finally:
         fleet.stop()
         r.close()
