@@ -16,7 +16,7 @@ import inspect
 import time
 from collections.abc import Callable, Generator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis.asyncio
 
@@ -24,16 +24,14 @@ from toolfleet.producer._core import steps as core
 from toolfleet.producer._core.base import ClientBase
 from toolfleet.producer._core.calls import REDIS_FAILURES, Arguments
 from toolfleet.producer._core.fleet import queue_foreign_cancel
-from toolfleet.producer._core.listing import tool_list
-from toolfleet.producer._redis import connection_failed, tcp_options, track_forks
+from toolfleet.producer._redis import tcp_options, track_forks
 from toolfleet.producer.async_listener import AsyncCallFuture, AsyncReplyListener
 from toolfleet.producer.backpressure import AsyncInFlightLimit
 from toolfleet.producer.catalog import AsyncCatalogReader
-from toolfleet.producer.events import CallEvent, preparing_event
+from toolfleet.producer.events import CallEvent
 from toolfleet.producer.publish import AsyncPublisher
 from toolfleet.producer.stream import TurnState, TurnStream
 from toolfleet.shared.errors import ClientError
-from toolfleet.shared.extension_errors import current_errors
 from toolfleet.shared.naming import extension_errors_key
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.tenancy.enqueue import QuotaDefaults
@@ -41,6 +39,8 @@ from toolfleet.shared.wire import CallContext, ToolCallResult
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
+
+T = TypeVar("T")
 
 __all__ = ["COMMAND_CONNECTIONS", "AsyncCallFuture", "AsyncToolClient"]
 
@@ -197,11 +197,7 @@ class AsyncToolClient(ClientBase):
             ConnectionFailed: Redis unreachable or failing.
         """
         self._live()
-        try:
-            catalog = await self._catalog.get()
-        except REDIS_FAILURES as exc:
-            raise connection_failed(exc, self.where, "reading the tool catalog") from exc
-        return tool_list(catalog, account, format, include_unavailable)
+        return await self._drive(self._core.tools(account, format, include_unavailable))
 
     async def preparing(self, function: str, partial_arguments: str | dict[str, Any] | None = None,
                         *, tool_call_id: str | None = None, index: int = 0,
@@ -212,13 +208,9 @@ class AsyncToolClient(ClientBase):
             ConnectionFailed: Redis unreachable or failing.
         """
         self._live()
-        try:
-            found = await self._catalog.get(function)
-        except REDIS_FAILURES as exc:
-            raise connection_failed(exc, self.where, "reading the tool catalog") from exc
-        entry = found.entries.get(function)
-        return preparing_event(entry, function, partial_arguments, tool_call_id=tool_call_id,
-                               index=index)  # fmt: skip
+        return await self._drive(
+            self._core.preparing(function, partial_arguments, tool_call_id, index)
+        )
 
     async def cancel(self, call_id: str) -> bool:
         """Cancel a call by its id, made by this client or another (see ``ToolClient.cancel``)."""
@@ -232,11 +224,7 @@ class AsyncToolClient(ClientBase):
             ConnectionFailed: Redis cannot be reached.
         """
         self._live()
-        try:
-            found = await self._redis.hgetall(extension_errors_key(self.namespace))
-        except REDIS_FAILURES as exc:
-            raise connection_failed(exc, self.where, "reading extension errors") from exc
-        return current_errors(found, self.settings.worker_ttl_s)
+        return await self._drive(self._core.extension_errors())
 
     async def close(self, *, wait: bool = True) -> None:
         """Stop the client; idempotent. No call is left unresolved (see ``ToolClient.close``)."""
@@ -289,12 +277,12 @@ class AsyncToolClient(ClientBase):
         loop = self._bind()
         turn = self._core.turn(tool_calls, context, timeout_s, emit,
                                lambda call_id: AsyncCallFuture(call_id, loop=loop))  # fmt: skip
-        return await self._drive(turn)  # type: ignore[no-any-return]
+        return await self._drive(turn)
 
     async def _cancel(self, call_ids: list[str]) -> bool:
         return bool(await self._drive(self._core.cancel(call_ids)))
 
-    async def _drive(self, steps: Generator[core.Step, Any, Any]) -> Any:
+    async def _drive(self, steps: Generator[core.Step, Any, T]) -> T:
         """Run one of the core's operations, awaiting each step it asks for."""
         step = core.advance(steps, None, None)
         while not isinstance(step, core.Done):
@@ -303,18 +291,22 @@ class AsyncToolClient(ClientBase):
             except Exception as exc:  # noqa: BLE001 - handed to the operation
                 answer, error = None, exc
             step = core.advance(steps, answer, error)
-        return step.value
+        value: T = step.value
+        return value
 
     async def _perform(self, step: core.Step) -> Any:
         if isinstance(step, core.TakeSlot):
             return await self._slots.acquire(step.wait_s)
         if isinstance(step, core.MarkResolved):
             return await self._listener.mark_within(step.call_ids)
+        if isinstance(step, core.ReadExtensionErrors):
+            return await self._redis.hgetall(extension_errors_key(self.namespace))
         if isinstance(step, core.ForeignCancel):
             pipe = self._redis.pipeline(transaction=False)
             queue_foreign_cancel(pipe, self.namespace, step.call_id, self.settings.reply_ttl_s)
             return await pipe.execute()
-        wait_s = step.deadline - time.time()  # never past the deadline: it settles the call
+        # never past the deadline: it settles the call
+        wait_s = None if step.deadline is None else step.deadline - time.time()
         if isinstance(step, core.ReadCatalog):
             return await self._catalog.get(step.functions, wait_s=wait_s)
         return await self._publisher.publish_many(step.items, wait_s=wait_s)

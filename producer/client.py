@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Generator
 from concurrent.futures import Future
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 
@@ -21,15 +21,13 @@ from toolfleet.producer._core import steps as core
 from toolfleet.producer._core.base import ClientBase
 from toolfleet.producer._core.calls import REDIS_FAILURES, Arguments
 from toolfleet.producer._core.fleet import queue_foreign_cancel
-from toolfleet.producer._core.listing import tool_list
-from toolfleet.producer._redis import connection_failed, track_forks
+from toolfleet.producer._redis import track_forks
 from toolfleet.producer.backpressure import InFlightLimit
 from toolfleet.producer.catalog import CatalogReader
-from toolfleet.producer.events import CallEvent, preparing_event
+from toolfleet.producer.events import CallEvent
 from toolfleet.producer.listener import ReplyListener
 from toolfleet.producer.publish import Publisher
 from toolfleet.producer.stream import SyncTurnStream, TurnState
-from toolfleet.shared.extension_errors import current_errors
 from toolfleet.shared.naming import extension_errors_key
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.tenancy.enqueue import QuotaDefaults
@@ -37,6 +35,8 @@ from toolfleet.shared.wire import CallContext, ToolCallResult
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
+
+T = TypeVar("T")
 
 __all__ = ["CallFuture", "ToolClient"]
 
@@ -52,31 +52,29 @@ class CallFuture(Future[ToolCallResult]):
 class ToolClient(ClientBase):
     """A thread-safe client of the tool fleet: one reply connection serves every call.
 
-    ``call``/``submit``/``dispatch`` never raise for a wire status (use
-    ``result.raise_for_status()``); they raise only for misuse (:class:`ClientError`),
-    after :meth:`close` (:class:`ClientClosedError`), or when ``max_in_flight`` calls stay
-    in flight for ``submit_timeout_s`` (``BackpressureError``, from ``submit``/``call``).
+    Calls never raise for a wire status (``result.raise_for_status()`` does); only for
+    misuse (:class:`ClientError`), after :meth:`close` (:class:`ClientClosedError`), or
+    with ``max_in_flight`` calls in flight for ``submit_timeout_s`` (``BackpressureError``).
+    Calls the producer answers itself, at once and unpublished: ``unknown_function``,
+    ``not_available`` (no live worker, switched off, not for the account, Redis down),
+    ``rejected`` (arguments over ``max_arguments_bytes``, a full queue, over a quota).
 
     Args:
-        redis_url: ``redis://``, ``rediss://`` or ``unix://``; ``None`` reads
-            ``TOOLFLEET_REDIS_URL``.
-        namespace: key prefix; ``None`` reads ``TOOLFLEET_NAMESPACE`` (default ``toolfleet``).
+        redis_url: ``redis://``, ``rediss://``, ``unix://``; ``None``: ``TOOLFLEET_REDIS_URL``.
+        namespace: key prefix; ``None``: ``TOOLFLEET_NAMESPACE`` (default ``toolfleet``).
         settings: a :class:`Settings` object instead of the environment.
-        redis_client: a ready-made ``redis.Redis`` (Sentinel's ``master_for``, a
-            credential provider, custom TLS). Its pool serves commands and the listener
-            (a blocking read of up to 1 s: ``socket_timeout`` ``None`` or above); it must
-            not decode responses. The client does not close it.
+        redis_client: a ready-made ``redis.Redis`` (Sentinel, credential provider, TLS);
+            its pool serves commands and the listener (a blocking read of up to 1 s:
+            ``socket_timeout`` ``None`` or above), undecoded; the client does not close it.
         connection_pool: a ``redis.ConnectionPool`` instead (same rules).
         max_in_flight: most calls published and not yet resolved.
-        submit_timeout_s: seconds ``submit`` blocks for a free slot (never past the
-            call's own deadline).
+        submit_timeout_s: seconds ``submit`` blocks for a slot (never past the deadline).
         registry: a ``prometheus_client.CollectorRegistry`` (the host application's) that
             gets the producer's metrics too (:func:`toolfleet.producer.metrics.register`);
             ``None``: they stay in their own ``toolfleet.producer.metrics.REGISTRY`` only.
 
     After ``os.fork()`` the child's client has its own id, reply list, connections and
-    threads, made on first use; calls the parent had in flight resolve ``timeout`` in
-    the child (their replies go to the parent).
+    threads on first use; the parent's calls in flight resolve ``timeout`` in the child.
 
     Raises:
         ConfigurationError: no Redis URL given or configured, or not a Redis URL.
@@ -158,19 +156,12 @@ class ToolClient(ClientBase):
         context: CallContext | dict[str, Any] | None = None,
         timeout_s: float = 30.0,
     ) -> CallFuture:
-        """Publish one tool call; return a future that resolves by ``timeout_s`` at the latest.
+        """Publish one call; its :class:`CallFuture` resolves by ``timeout_s`` at the latest.
 
-        Args:
-            function: the function name, e.g. ``ext_bfcl_math_factorial``.
-            arguments: a JSON object, or the raw JSON string the model produced.
-            tool_call_id: the model's id for the call, carried through untouched.
-            context: a :class:`CallContext` or a dict of its fields.
-            timeout_s: seconds until the deadline; no reply by then → ``timeout``.
-
-        Returns:
-            A :class:`CallFuture` (``call_id``: what :meth:`cancel` takes). Answered at
-            once, nothing published: ``unknown_function``, ``not_available`` (no live
-            worker), ``rejected`` (arguments over ``max_arguments_bytes``, a full queue).
+        ``function``: e.g. ``ext_bfcl_math_factorial``; ``arguments``: a JSON object or the
+        model's raw JSON string; ``tool_call_id``: the model's id, carried through;
+        ``context``: a :class:`CallContext` or a dict of its fields; ``timeout_s``: seconds
+        to the deadline. ``future.call_id`` is what :meth:`cancel` takes.
 
         Raises:
             ClientClosedError: the client is closed.
@@ -197,14 +188,11 @@ class ToolClient(ClientBase):
     ) -> list[dict[str, Any]]:
         """Run every tool call of one model turn; return the answers to append, in order.
 
-        All calls are published at once under one deadline, ``timeout_s`` from now; calls
-        still running then come back ``timeout``. ``tool_calls``: a Chat Completions,
-        Responses or Anthropic message, its calls or blocks (dicts or SDK objects, see
-        :mod:`toolfleet.producer.turns`). Each call gets its own message in that format
-        (``content``/``output``: the result's JSON); calls the producer answers itself
-        (``unknown_function``, ``not_available``, ``rejected``) are answered at once.
-        ``on_event`` gets each :class:`CallEvent` on this thread (see :meth:`stream`); if
-        it raises, the calls still running are canceled and the exception propagates.
+        ``tool_calls``: a Chat Completions, Responses or Anthropic message, its calls or
+        blocks (dicts or SDK objects, :mod:`toolfleet.producer.turns`); one message per
+        call in that format. All are published at once under one deadline ``timeout_s``
+        away (still running then: ``timeout``). ``on_event`` gets each :class:`CallEvent`
+        on this thread; if it raises, the calls still running are canceled.
 
         Raises:
             ClientClosedError: the client is closed.
@@ -237,40 +225,29 @@ class ToolClient(ClientBase):
 
     def tools(self, *, account: str | None = None, format: str = "openai",  # noqa: A002
               include_unavailable: bool = False) -> list[dict[str, Any]]:  # fmt: skip
-        """The fleet's tools (``openai``, ``openai-strict``, ``responses``, ``anthropic``, ``mcp``).
+        """The tools ``account`` may call (``include_unavailable``: all) in ``format``.
 
-        ``account``: only what it may call (``None``: what is open to all);
-        ``include_unavailable``: every catalogued function.
+        Formats: ``openai``, ``openai-strict``, ``responses``, ``anthropic``, ``mcp``.
 
         Raises:
             ValueError: unknown format.
             ConnectionFailed: Redis unreachable or failing.
         """
         self._live()
-        try:
-            catalog = self._catalog.get()
-        except REDIS_FAILURES as exc:
-            raise connection_failed(exc, self.where, "reading the tool catalog") from exc
-        return tool_list(catalog, account, format, include_unavailable)
+        return self._drive(self._core.tools(account, format, include_unavailable))
 
     def preparing(self, function: str, partial_arguments: str | dict[str, Any] | None = None,
                   *, tool_call_id: str | None = None, index: int = 0) -> CallEvent:  # fmt: skip
-        """The ``preparing`` event of a call the model is still writing (nothing is published).
+        """The ``preparing`` event of a call the model is still writing (nothing published).
 
-        ``description`` is the tool's preparation text with the arguments so far filled
-        in (``None`` when it has none or the function is unknown).
+        Its ``description``: the tool's preparation text, the arguments so far filled in.
 
         Raises:
             ClientClosedError: the client is closed.
             ConnectionFailed: Redis unreachable or failing.
         """
         self._check_open()
-        try:
-            catalog = self._catalog.get(function)
-        except REDIS_FAILURES as exc:
-            raise connection_failed(exc, self.where, "reading the tool catalog") from exc
-        return preparing_event(catalog.entries.get(function), function, partial_arguments,
-                               tool_call_id=tool_call_id, index=index)  # fmt: skip
+        return self._drive(self._core.preparing(function, partial_arguments, tool_call_id, index))
 
     def cancel(self, call_id: str) -> bool:
         """Cancel a call by its id (``future.call_id``), made by this client or another.
@@ -291,11 +268,7 @@ class ToolClient(ClientBase):
             ConnectionFailed: Redis cannot be reached.
         """
         self._live()
-        try:
-            fields = self._redis.hgetall(extension_errors_key(self.namespace))
-        except REDIS_FAILURES as exc:
-            raise connection_failed(exc, self.where, "reading extension errors") from exc
-        return current_errors(fields, self.settings.worker_ttl_s)
+        return self._drive(self._core.extension_errors())
 
     def close(self, *, wait: bool = True) -> None:
         """Stop the client; idempotent. No call is left unresolved.
@@ -326,12 +299,12 @@ class ToolClient(ClientBase):
     def _start_turn(self, tool_calls: Any, context: Any, timeout_s: float,
                     emit: Callable[[CallEvent], None] | None) -> TurnState:  # fmt: skip
         self._check_open()
-        return self._drive(self._core.turn(tool_calls, context, timeout_s, emit, CallFuture))  # type: ignore[no-any-return]
+        return self._drive(self._core.turn(tool_calls, context, timeout_s, emit, CallFuture))
 
     def _cancel(self, call_ids: list[str]) -> bool:
         return bool(self._drive(self._core.cancel(call_ids)))
 
-    def _drive(self, steps: Generator[core.Step, Any, Any]) -> Any:
+    def _drive(self, steps: Generator[core.Step, Any, T]) -> T:
         """Run one of the core's operations, performing each step it asks for."""
         step = core.advance(steps, None, None)
         while not isinstance(step, core.Done):
@@ -340,7 +313,8 @@ class ToolClient(ClientBase):
             except Exception as exc:  # noqa: BLE001 - handed to the operation
                 answer, error = None, exc
             step = core.advance(steps, answer, error)
-        return step.value
+        value: T = step.value
+        return value
 
     def _perform(self, step: core.Step) -> Any:
         if isinstance(step, core.ReadCatalog):
@@ -351,6 +325,8 @@ class ToolClient(ClientBase):
             return self._publisher.publish_many(step.items)
         if isinstance(step, core.MarkResolved):
             return self._listener.mark_within(step.call_ids)
+        if isinstance(step, core.ReadExtensionErrors):
+            return self._redis.hgetall(extension_errors_key(self.namespace))
         pipe = self._redis.pipeline(transaction=False)
         queue_foreign_cancel(pipe, self.namespace, step.call_id, self.settings.reply_ttl_s)
         return pipe.execute()

@@ -34,16 +34,19 @@ from toolfleet.producer._core.calls import (
     publish_refusal,
 )
 from toolfleet.producer._core.config import ClientConfig, Identity
+from toolfleet.producer._core.listing import tool_list
 from toolfleet.producer._core.pending import PendingTable, ResultFuture, settle
+from toolfleet.producer._redis import connection_failed
 from toolfleet.producer.affinity import Routes, learn_route
 from toolfleet.producer.backpressure import QueueLengths, backpressure_error
 from toolfleet.producer.catalog import Catalog
-from toolfleet.producer.events import CallEvent
+from toolfleet.producer.events import CallEvent, preparing_event
 from toolfleet.producer.hooks import fire_requested
 from toolfleet.producer.publish import Outcome
 from toolfleet.producer.stream import TurnState
 from toolfleet.producer.turns import parse_tool_calls
 from toolfleet.shared.errors import ClientClosedError
+from toolfleet.shared.extension_errors import current_errors
 from toolfleet.shared.tenancy.enqueue import Refused
 from toolfleet.shared.wire import CallContext, Status, ToolCallRequest, ToolCallResult
 
@@ -64,10 +67,13 @@ log = logging.getLogger("toolfleet.producer")
 
 @dataclass(frozen=True, slots=True)
 class ReadCatalog:
-    """Read the catalog (cached); a miss of ``functions`` re-reads. ``deadline``: epoch s."""
+    """Read the catalog (cached); a miss of ``functions`` re-reads.
 
-    functions: str | list[str]
-    deadline: float
+    ``deadline``: wait no later (epoch seconds; ``None``: the socket timeout).
+    """
+
+    functions: str | list[str] | None
+    deadline: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,13 +99,18 @@ class MarkResolved:
 
 
 @dataclass(frozen=True, slots=True)
+class ReadExtensionErrors:
+    """Read the extension errors the workers report (the raw hash)."""
+
+
+@dataclass(frozen=True, slots=True)
 class ForeignCancel:
     """Ask the fleet to cancel a call this client does not hold."""
 
     call_id: str
 
 
-Step = ReadCatalog | TakeSlot | Publish | MarkResolved | ForeignCancel
+Step = ReadCatalog | TakeSlot | Publish | MarkResolved | ForeignCancel | ReadExtensionErrors
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +283,48 @@ class ProducerCore:
             batch.append((call.index, queue_name, request))
         yield from self._publish_batch(state, batch, new_future)
         return state
+
+    def tools(
+        self,
+        account: str | None,
+        format: str,
+        include_unavailable: bool,  # noqa: A002
+    ) -> Generator[Step, Any, list[dict[str, Any]]]:
+        """The catalog's tools for ``account`` in ``format`` (see ``ToolClient.tools``).
+
+        Raises:
+            ValueError: unknown format.
+            ConnectionFailed: Redis unreachable or failing.
+        """
+        catalog = yield from self._read(ReadCatalog(None), "the tool catalog")
+        return tool_list(catalog, account, format, include_unavailable)
+
+    def preparing(
+        self, function: str, partial: Any, tool_call_id: str | None, index: int
+    ) -> Generator[Step, Any, CallEvent]:
+        """The ``preparing`` event of a call still being written (see ``ToolClient``).
+
+        Raises:
+            ConnectionFailed: Redis unreachable or failing.
+        """
+        catalog = yield from self._read(ReadCatalog(function), "the tool catalog")
+        entry = catalog.entries.get(function)
+        return preparing_event(entry, function, partial, tool_call_id=tool_call_id, index=index)
+
+    def extension_errors(self) -> Generator[Step, Any, dict[str, str]]:
+        """Extensions the live workers could not load -> why (see ``ToolClient``).
+
+        Raises:
+            ConnectionFailed: Redis unreachable or failing.
+        """
+        fields = yield from self._read(ReadExtensionErrors(), "extension errors")
+        return current_errors(fields, self.config.settings.worker_ttl_s)
+
+    def _read(self, step: Step, what: str) -> Generator[Step, Any, Any]:
+        try:
+            return (yield step)
+        except REDIS_FAILURES as exc:
+            raise connection_failed(exc, self.config.where, f"reading {what}") from exc
 
     def cancel(self, call_ids: list[str]) -> Generator[Step, Any, bool]:
         """Cancel calls by id: those this client holds resolve ``canceled``.
