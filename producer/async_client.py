@@ -84,9 +84,7 @@ class AsyncToolClient(ClientBase):
 
     def _per_process_state(self) -> None:
         """This process's core, pool, catalog cache, slots and listener (unbound)."""
-        self._slots = AsyncInFlightLimit(self.max_in_flight)
-        self._new_core(self._slots.release, lambda i: self._listener.mark_soon(i),
-                       lambda: self._listener.rearm())  # fmt: skip
+        self._new_core(AsyncInFlightLimit(self.max_in_flight))
         timeout_s, ns, settings = self.settings.redis_timeout_s, self.namespace, self.settings
         self._pool = self._config.pool or redis.asyncio.BlockingConnectionPool.from_url(
             str(self.redis_url), max_connections=COMMAND_CONNECTIONS, timeout=timeout_s,
@@ -183,10 +181,7 @@ class AsyncToolClient(ClientBase):
         Same events, end and ``messages`` as ``ToolClient.stream``; requests are
         published when the iteration starts.
         """
-        context, timeout_s = options.get("context"), options.get("timeout_s", 30.0)
-        return TurnStream(
-            lambda emit: self._start_turn(tool_calls, context, timeout_s, emit), self._cancel
-        )
+        return TurnStream(self._starter(tool_calls, options), self._cancel)
 
     async def tools(self, *, account: str | None = None, format: str = "openai",  # noqa: A002
                     include_unavailable: bool = False) -> list[dict[str, Any]]:  # fmt: skip

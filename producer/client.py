@@ -104,9 +104,7 @@ class ToolClient(ClientBase):
 
     def _per_process_state(self) -> None:
         """This process's core, connections, catalog cache, slots and listener."""
-        self._slots = InFlightLimit(self.max_in_flight)
-        self._new_core(self._slots.release, lambda i: self._listener.mark_soon(i),
-                       lambda: self._listener.rearm())  # fmt: skip
+        self._new_core(InFlightLimit(self.max_in_flight))
         self._redis = self._connection("producer")
         ns, settings = self.namespace, self.settings
         self._catalog = CatalogReader(self._redis, ns, settings.catalog_cache_s,
@@ -218,10 +216,7 @@ class ToolClient(ClientBase):
         what :meth:`dispatch` returns. Leaving the block early cancels the calls still
         running. ``options``: ``context``, ``timeout_s`` (as for :meth:`dispatch`).
         """
-        context, timeout_s = options.get("context"), options.get("timeout_s", 30.0)
-        return SyncTurnStream(
-            lambda emit: self._start_turn(tool_calls, context, timeout_s, emit), self._cancel
-        )
+        return SyncTurnStream(self._starter(tool_calls, options), self._cancel)
 
     def tools(self, *, account: str | None = None, format: str = "openai",  # noqa: A002
               include_unavailable: bool = False) -> list[dict[str, Any]]:  # fmt: skip

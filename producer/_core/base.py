@@ -30,6 +30,9 @@ class ClientBase:
         client_id, reply_to: this process's identity (new after ``fork()``).
     """
 
+    #: the shell's reply listener (``mark_soon``, ``rearm``)
+    _listener: Any
+
     def __init__(
         self,
         redis_url: str | None,
@@ -60,14 +63,16 @@ class ClientBase:
         self.redis_url, self.where = config.url, config.where
         self._closed = False
 
-    def _new_core(
-        self,
-        on_settled: Callable[[], None],
-        on_cancel: Callable[[str], None],
-        on_earliest: Callable[[], None],
-    ) -> None:
-        """A fresh core (identity, pending calls, queue lengths, routes) for this process."""
-        self._core = ProducerCore(self._config, on_settled, on_cancel, on_earliest)
+    def _new_core(self, slots: Any) -> None:
+        """A fresh core (identity, pending calls, queue lengths, routes) for this process.
+
+        ``slots`` (the shell's in-flight limit) get each call's slot back when it
+        resolves; the shell's ``_listener`` marks canceled futures and re-arms its timer.
+        """
+        self._slots = slots
+        self._core = ProducerCore(self._config, slots.release,
+                                  lambda call_id: self._listener.mark_soon(call_id),
+                                  lambda: self._listener.rearm())  # fmt: skip
         self.client_id = self._core.identity.client_id
         self.reply_to = self._core.identity.reply_to
 
@@ -78,6 +83,11 @@ class ClientBase:
         return build_request(function, arguments, tool_call_id=tool_call_id,
                              context=make_context(context), timeout_s=check_timeout(timeout_s),
                              reply_to=self.reply_to)  # fmt: skip
+
+    def _starter(self, tool_calls: Any, options: dict[str, Any]) -> Callable[[Any], Any]:
+        """What a turn's stream calls to publish it (``options``: ``context``, ``timeout_s``)."""
+        context, timeout_s = options.get("context"), options.get("timeout_s", 30.0)
+        return lambda emit: self._start_turn(tool_calls, context, timeout_s, emit)  # type: ignore[attr-defined]
 
     def _live(self) -> None:
         """Make this process's client usable (start threads, check a fork)."""
