@@ -230,6 +230,19 @@ def fleet(
     running.stop()
 
 
+@pytest.fixture(scope="module")
+def small_fleet(
+    redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Fleet]:
+    """One worker process with two threads, serving the guarantee and promise tools."""
+    ns = f"{namespace}-g-{uuid.uuid4().hex[:6]}"
+    extra = ["--extension", "guarantee_tools:extension", "--extension", "promise_tools:extension"]
+    running = start_fleet(redis_url, ns, tmp_path_factory.mktemp("g") / "worker.log",
+                          processes=1, threads=2, extra=extra)  # fmt: skip
+    yield running
+    running.stop()
+
+
 @pytest.fixture
 def client(fleet: Fleet) -> Iterator[object]:
     from toolfleet.producer import ToolClient

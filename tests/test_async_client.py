@@ -20,7 +20,7 @@ import redis.asyncio
 from conftest import IDLE, IDLE_QUEUE, Fleet
 from toolfleet.producer import AsyncToolClient, ToolClient
 from toolfleet.producer.async_client import COMMAND_CONNECTIONS
-from toolfleet.shared import BackpressureError, ClientError, Settings, Status, codec
+from toolfleet.shared import ClientError, Status, codec
 from toolfleet.shared.naming import catalog_key, workers_key
 
 F = "ext_fleet_test_"
@@ -149,104 +149,6 @@ def test_sixty_four_threads_share_one_sync_client(client: ToolClient) -> None:
     for n, result in outcomes.items():
         assert result.status is Status.OK and result.tool_call_id == f"t{n}"
         assert result.content == math.factorial(n)
-
-
-def test_async_submit_waits_for_a_slot_then_raises_backpressure(fleet: Fleet) -> None:
-    """With max_in_flight=2, a third submit waits for a slot: it raises BackpressureError after
-    submit_timeout_s, or goes out as soon as a call resolves."""
-
-    async def run() -> None:
-        async with AsyncToolClient(
-            fleet.redis_url, namespace=fleet.namespace, max_in_flight=2, submit_timeout_s=0.3
-        ) as client:
-            busy = [await client.submit(F + "async_sleep", {"seconds": 0.8}) for _ in range(2)]
-            started = time.monotonic()
-            with pytest.raises(BackpressureError, match="max_in_flight"):
-                await client.submit(F + "add", {"a": 1, "b": 2})
-            assert 0.28 <= time.monotonic() - started < 0.6
-            assert [(await f).content for f in busy] == [0.8, 0.8]
-        async with AsyncToolClient(
-            fleet.redis_url, namespace=fleet.namespace, max_in_flight=2, submit_timeout_s=5
-        ) as client:
-            busy = [await client.submit(F + "async_sleep", {"seconds": 0.5}) for _ in range(2)]
-            started = time.monotonic()
-            assert (await client.call(F + "add", {"a": 1, "b": 2})).content == 3
-            assert time.monotonic() - started >= 0.4  # it waited for a busy call to resolve
-            assert [(await f).content for f in busy] == [0.5, 0.5]
-
-    asyncio.run(run())
-
-
-def test_sync_submit_blocks_for_a_slot_then_raises_backpressure(fleet: Fleet) -> None:
-    """With max_in_flight=1, submit blocks up to submit_timeout_s, then raises BackpressureError;
-    a turn larger than the cap still runs every call."""
-    with ToolClient(
-        fleet.redis_url, namespace=fleet.namespace, max_in_flight=1, submit_timeout_s=0.3
-    ) as client:
-        busy = client.submit(F + "async_sleep", {"seconds": 0.6})
-        started = time.monotonic()
-        with pytest.raises(BackpressureError):
-            client.submit(F + "add", {"a": 1, "b": 2})
-        assert 0.28 <= time.monotonic() - started < 0.6
-        assert busy.result().content == 0.6
-        assert client.call(F + "add", {"a": 1, "b": 2}).content == 3
-    with ToolClient(
-        fleet.redis_url, namespace=fleet.namespace, max_in_flight=2, submit_timeout_s=5
-    ) as client:
-        calls = [
-            {"id": f"call_{i}", "type": "function", "function": {"name": F + "add"}}
-            for i in range(5)
-        ]
-        for i, call in enumerate(calls):
-            call["function"]["arguments"] = f'{{"a": {i}, "b": 100}}'
-        messages = client.dispatch(calls, timeout_s=10)
-        assert [m["content"] for m in messages] == [str(100 + i) for i in range(5)]
-
-
-def test_full_queue_refuses_new_calls(redis_url: str, idle_namespace: str) -> None:
-    """A queue at TOOLFLEET_MAX_QUEUE_LENGTH answers new calls rejected at once, from this
-    client's own count and from a fresh client's read of the queue's length."""
-    settings = Settings(redis_url=redis_url, namespace=idle_namespace, max_queue_length=3)
-    with ToolClient(settings=settings) as client:
-        futures = [client.submit(IDLE, {"x": i}, timeout_s=30) for i in range(5)]
-        assert client.in_flight == 3
-        refused = [f.result(timeout=1) for f in futures[3:]]
-        assert [r.status for r in refused] == [Status.REJECTED] * 2
-        assert "TOOLFLEET_MAX_QUEUE_LENGTH" in (refused[0].error or "")
-        with ToolClient(settings=settings) as other:
-            late = other.call(IDLE, {"x": 9}, timeout_s=30)
-            assert late.status is Status.REJECTED and "holds 3 calls" in (late.error or "")
-        client.close(wait=False)
-    assert all(f.result(timeout=1).status is Status.TIMEOUT for f in futures[:3])
-
-
-def test_close_resolves_pending_calls_and_refuses_new_ones(
-    redis_url: str, idle_namespace: str
-) -> None:
-    """close(wait=False) resolves calls in flight timeout; a closed client raises ClientError."""
-
-    async def run() -> None:
-        client = AsyncToolClient(redis_url, namespace=idle_namespace)
-        future = await client.submit(IDLE, {}, timeout_s=30)
-        await client.close(wait=False)
-        assert (await future).status is Status.TIMEOUT
-        with pytest.raises(ClientError, match="closed"):
-            await client.submit(IDLE, {})
-
-    asyncio.run(run())
-
-
-def test_a_call_times_out_at_its_deadline(redis_url: str, idle_namespace: str) -> None:
-    """A call nobody answers resolves timeout at its deadline, not later."""
-
-    async def run() -> None:
-        async with AsyncToolClient(redis_url, namespace=idle_namespace) as client:
-            started = time.monotonic()
-            result = await client.call(IDLE, {}, timeout_s=0.5)
-            assert result.status is Status.TIMEOUT
-            assert 0.5 <= time.monotonic() - started < 0.7
-
-    asyncio.run(run())
 
 
 def test_canceling_the_awaiting_task_cancels_the_call(fleet: Fleet) -> None:

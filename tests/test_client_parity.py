@@ -1,0 +1,359 @@
+"""Producer behaviour, the same through ToolClient and AsyncToolClient (every test runs on both).
+
+:class:`Either` is one blocking facade over the two: the async client runs on an event
+loop of its own thread, as in an application, and each method waits for its coroutine.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from conftest import IDLE, Fleet
+from toolfleet.producer import AsyncToolClient, ToolClient
+from toolfleet.shared import BackpressureError, ClientError, Settings, Status, ToolCallResult
+
+G = "ext_guarantee_"
+F = "ext_fleet_test_"
+KINDS = ["sync", "async"]
+PRODUCER = Path(__file__).resolve().parent.parent / "producer"
+
+
+class Either:
+    """A ``ToolClient`` or an ``AsyncToolClient`` behind the same blocking methods."""
+
+    def __init__(self, kind: str, *args: Any, **kwargs: Any) -> None:
+        self.kind = kind
+        self._loop: asyncio.AbstractEventLoop | None = None
+        if kind == "sync":
+            self.client: Any = ToolClient(*args, **kwargs)
+            return
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._thread = threading.Thread(target=loop.run_forever, daemon=True)
+        self._thread.start()
+        self.client = AsyncToolClient(*args, **kwargs)
+
+    def _do(self, value: Any, timeout_s: float = 60.0) -> Any:
+        if self._loop is None:
+            return value
+        return asyncio.run_coroutine_threadsafe(value, self._loop).result(timeout_s)
+
+    def submit(self, function: str, arguments: Any = None, **options: Any) -> Any:
+        return self._do(self.client.submit(function, arguments, **options))
+
+    def call(self, function: str, arguments: Any = None, **options: Any) -> ToolCallResult:
+        return self._do(self.client.call(function, arguments, **options))  # type: ignore[no-any-return]
+
+    def dispatch(self, tool_calls: Any, **options: Any) -> list[dict[str, Any]]:
+        return self._do(self.client.dispatch(tool_calls, **options))  # type: ignore[no-any-return]
+
+    def cancel(self, call_id: str) -> bool:
+        return bool(self._do(self.client.cancel(call_id)))
+
+    def close(self, wait: bool = True) -> None:
+        self._do(self.client.close(wait=wait))
+
+    def result(self, future: Any, timeout_s: float = 60.0) -> ToolCallResult:
+        if self._loop is None:
+            return future.result(timeout_s)  # type: ignore[no-any-return]
+
+        async def wait() -> ToolCallResult:
+            return await asyncio.shield(future)  # type: ignore[no-any-return]
+
+        return self._do(wait(), timeout_s)  # type: ignore[no-any-return]
+
+    def when_done(self, future: Any, callback: Callable[[Any], object]) -> None:
+        if self._loop is None:
+            future.add_done_callback(callback)
+        else:
+            self._loop.call_soon_threadsafe(future.add_done_callback, callback)
+
+    @property
+    def in_flight(self) -> int:
+        return int(self.client.in_flight)
+
+    def stop(self) -> None:
+        """Close the client (if open) and its loop."""
+        self.close()
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(5)
+            self._loop.close()
+
+
+@pytest.fixture(params=KINDS)
+def kind(request: pytest.FixtureRequest) -> str:
+    """Each test runs with the sync client and with the async one."""
+    return str(request.param)
+
+
+@pytest.fixture
+def make(kind: str) -> Iterator[Callable[..., Either]]:
+    """Build clients of this test's kind; all are closed at the end."""
+    made: list[Either] = []
+
+    def build(*args: Any, **kwargs: Any) -> Either:
+        made.append(Either(kind, *args, **kwargs))
+        return made[-1]
+
+    yield build
+    for either in made:
+        either.stop()
+
+
+@pytest.fixture
+def gclient(small_fleet: Fleet, make: Callable[..., Either]) -> Either:
+    return make(small_fleet.redis_url, namespace=small_fleet.namespace)
+
+
+@pytest.fixture
+def r(small_fleet: Fleet) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(small_fleet.redis_url)
+    yield client
+    client.close()
+
+
+# -- deadlines and time limits -----------------------------------------------------------
+
+
+def test_stuck_thread_tool_times_out_on_time_and_capacity_recovers(gclient: Either) -> None:
+    """sleep(3600) as a thread tool with a 2 s limit answers timeout within 2.3 s; three of
+    them on a 2-thread worker do not block a quick call beyond the first limit; capacity
+    recovers."""
+    started = time.monotonic()
+    sleeps = [gclient.submit(G + "sleep", {"seconds": 3600}, timeout_s=30) for _ in range(3)]
+    quick = gclient.submit(G + "quick", {}, timeout_s=30)
+    done_at: dict[int, float] = {}
+    for i, future in enumerate([*sleeps, quick]):
+        gclient.when_done(future, lambda _f, i=i: done_at.setdefault(i, time.monotonic() - started))
+    results = [gclient.result(f) for f in sleeps]
+    assert [r.status for r in results] == [Status.TIMEOUT] * 3
+    assert all(r.run_s is not None and r.run_s < 2.3 for r in results)
+    assert sorted(done_at[i] for i in range(3))[:2] < [2.3, 2.3]
+    assert gclient.result(quick).status is Status.OK and done_at[3] < 2.3 + 0.3
+    t = time.monotonic()
+    assert gclient.call(G + "quick", {}).status is Status.OK
+    assert time.monotonic() - t < 0.5
+
+
+def test_a_call_times_out_at_its_deadline(
+    redis_url: str, idle_namespace: str, make: Callable[..., Either]
+) -> None:
+    """A call nobody answers resolves timeout at its deadline, not later."""
+    client = make(redis_url, namespace=idle_namespace)
+    client.call(IDLE, {}, timeout_s=0.2)  # connections and catalog are warm
+    started = time.monotonic()
+    result = client.call(IDLE, {}, timeout_s=0.5)
+    assert result.status is Status.TIMEOUT
+    assert 0.5 <= time.monotonic() - started < 0.7
+
+
+# -- cancellation ------------------------------------------------------------------------
+
+
+def test_cancel_while_queued_never_runs(gclient: Either, r: redis.Redis) -> None:
+    """A call canceled while it waits in the queue resolves canceled and never runs."""
+    blockers = [gclient.submit(G + "sleep", {"seconds": 1.0}, timeout_s=10) for _ in range(2)]
+    time.sleep(0.2)
+    key = f"count-{uuid.uuid4().hex}"
+    queued = gclient.submit(G + "count", {"key": key}, timeout_s=10)
+    assert gclient.cancel(queued.call_id)
+    assert gclient.result(queued).status is Status.CANCELED
+    assert [gclient.result(b).status for b in blockers] == [Status.OK, Status.OK]
+    time.sleep(0.5)
+    assert r.get(key) is None
+    assert not gclient.cancel(queued.call_id)
+
+
+@pytest.mark.parametrize("tool", ["ticks", "process_ticks"])
+def test_cancel_while_running_stops_the_tool(gclient: Either, r: redis.Redis, tool: str) -> None:
+    """A running async or process tool stops within 0.3 s of cancel; the call is canceled."""
+    key = f"ticks-{uuid.uuid4().hex}"
+    future = gclient.submit(G + tool, {"key": key}, timeout_s=20)
+    deadline = time.monotonic() + 5
+    while int(r.get(key) or 0) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert int(r.get(key) or 0) >= 3, "the tool never started"
+    assert gclient.cancel(future.call_id)
+    assert gclient.result(future).status is Status.CANCELED
+    time.sleep(0.3)
+    settled = int(r.get(key) or 0)
+    time.sleep(0.5)
+    assert int(r.get(key) or 0) == settled, "the tool kept running after cancel"
+
+
+def test_cancel_reaches_a_running_thread_tool(gclient: Either, r: redis.Redis) -> None:
+    """A running thread tool sees context.canceled become true."""
+    key = f"watch-{uuid.uuid4().hex}"
+    future = gclient.submit(G + "watch_cancel", {"key": key}, timeout_s=20)
+    time.sleep(0.3)
+    assert gclient.cancel(future.call_id)
+    assert gclient.result(future).status is Status.CANCELED
+    deadline = time.monotonic() + 2
+    while r.get(key) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert r.get(key) == b"saw cancel"
+
+
+def test_a_second_client_cancels_a_running_call_of_the_first(
+    small_fleet: Fleet, make: Callable[..., Either]
+) -> None:
+    """Client B cancels, by its id alone, a call client A is running: A's call resolves
+    canceled (from the worker) within 2 s; canceling it again returns False."""
+    a = make(small_fleet.redis_url, namespace=small_fleet.namespace)
+    b = make(small_fleet.redis_url, namespace=small_fleet.namespace)
+    future = a.submit("ext_promise_wait", {}, timeout_s=20)
+    time.sleep(0.5)
+    asked = time.monotonic()
+    assert b.cancel(future.call_id)
+    result = a.result(future, 20)
+    assert result.status is Status.CANCELED, result
+    assert time.monotonic() - asked < 2.0
+    assert not b.cancel(future.call_id)
+
+
+# -- refusals, backpressure, close --------------------------------------------------------
+
+
+def test_producer_refuses_oversize_arguments(gclient: Either) -> None:
+    """Arguments over the size limit are rejected before anything is published."""
+    result = gclient.call(G + "count", {"key": "x" * 2_000_000})
+    assert result.status is Status.REJECTED and "over the limit" in str(result.content)
+
+
+def test_submit_waits_for_a_slot_then_raises_backpressure(
+    fleet: Fleet, make: Callable[..., Either]
+) -> None:
+    """With max_in_flight=2, a third submit waits up to submit_timeout_s for a slot, then
+    raises BackpressureError; with a longer wait it goes out as soon as a call resolves;
+    a turn larger than the cap still runs every call."""
+    client = make(fleet.redis_url, namespace=fleet.namespace, max_in_flight=2, submit_timeout_s=0.3)
+    busy = [client.submit(F + "async_sleep", {"seconds": 0.8}) for _ in range(2)]
+    started = time.monotonic()
+    with pytest.raises(BackpressureError, match="max_in_flight"):
+        client.submit(F + "add", {"a": 1, "b": 2})
+    assert 0.28 <= time.monotonic() - started < 0.6
+    assert [client.result(f).content for f in busy] == [0.8, 0.8]
+    assert client.call(F + "add", {"a": 1, "b": 2}).content == 3
+    client = make(fleet.redis_url, namespace=fleet.namespace, max_in_flight=2, submit_timeout_s=5)
+    busy = [client.submit(F + "async_sleep", {"seconds": 0.5}) for _ in range(2)]
+    started = time.monotonic()
+    assert client.call(F + "add", {"a": 1, "b": 2}).content == 3
+    assert time.monotonic() - started >= 0.4  # it waited for a busy call to resolve
+    assert [client.result(f).content for f in busy] == [0.5, 0.5]
+    calls = [
+        {"id": f"call_{i}", "type": "function",
+         "function": {"name": F + "add", "arguments": f'{{"a": {i}, "b": 100}}'}}
+        for i in range(5)
+    ]  # fmt: skip
+    messages = client.dispatch(calls, timeout_s=10)
+    assert [m["content"] for m in messages] == [str(100 + i) for i in range(5)]
+
+
+def test_full_queue_refuses_new_calls(
+    redis_url: str, idle_namespace: str, make: Callable[..., Either]
+) -> None:
+    """A queue at TOOLFLEET_MAX_QUEUE_LENGTH answers new calls rejected at once, from this
+    client's own count and from a fresh client's read of the queue's length."""
+    settings = Settings(redis_url=redis_url, namespace=idle_namespace, max_queue_length=3)
+    client = make(settings=settings)
+    futures = [client.submit(IDLE, {"x": i}, timeout_s=30) for i in range(5)]
+    assert client.in_flight == 3
+    refused = [client.result(f, 1) for f in futures[3:]]
+    assert [r.status for r in refused] == [Status.REJECTED] * 2
+    assert "TOOLFLEET_MAX_QUEUE_LENGTH" in (refused[0].error or "")
+    late = make(settings=settings).call(IDLE, {"x": 9}, timeout_s=30)
+    assert late.status is Status.REJECTED and "holds 3 calls" in (late.error or "")
+    client.close(wait=False)
+    assert all(client.result(f, 1).status is Status.TIMEOUT for f in futures[:3])
+
+
+def test_close_resolves_pending_calls_and_refuses_new_ones(
+    redis_url: str, idle_namespace: str, make: Callable[..., Either]
+) -> None:
+    """close(wait=False) resolves calls in flight timeout; a closed client raises ClientError."""
+    client = make(redis_url, namespace=idle_namespace)
+    future = client.submit(IDLE, {}, timeout_s=30)
+    client.close(wait=False)
+    result = client.result(future)
+    assert result.status is Status.TIMEOUT and "closed" in (result.error or "")
+    with pytest.raises(ClientError, match="closed"):
+        client.submit(IDLE, {})
+
+
+# -- the shells share no code ----------------------------------------------------------------
+
+
+class _Erase(ast.NodeTransformer):
+    """Every name, string (f-strings too) and number made the same."""
+
+    def visit_JoinedStr(self, node: ast.JoinedStr) -> ast.AST:
+        return ast.Constant(0)
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        return ast.Constant(0)
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        return ast.Name("_", node.ctx)
+
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        for field in ("attr", "arg", "name"):
+            if isinstance(getattr(node, field, None), str):
+                setattr(node, field, "_")
+        return super().generic_visit(node)
+
+
+def _shape(path: Path) -> list[str]:
+    """One normalised line per statement: names, strings and numbers erased (keywords,
+    ``async``/``await`` included, kept), docstrings and imports left out, so that code of
+    the same shape under other names compares equal (what the duplicates tool compares)."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list):
+            node.body = [  # type: ignore[attr-defined]
+                n for n in body
+                if not isinstance(n, (ast.Import, ast.ImportFrom))
+                and not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))
+            ] or [ast.Pass()]  # fmt: skip
+    tree = _Erase().visit(tree)
+    return [line.strip() for line in ast.unparse(tree).splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [("client.py", "async_client.py"), ("listener.py", "async_listener.py")],
+)
+def test_the_two_shells_share_no_six_line_block(one: str, other: str) -> None:
+    """The sync and async modules repeat no run of 6 statement lines, even renamed: what
+    they share lives once in the core."""
+    window = 6
+    mine = _shape(PRODUCER / one)
+    theirs = _shape(PRODUCER / other)
+    seen = {tuple(theirs[i : i + window]) for i in range(len(theirs) - window + 1)}
+    shared = [
+        "\n".join(mine[i : i + window])
+        for i in range(len(mine) - window + 1)
+        if tuple(mine[i : i + window]) in seen
+    ]
+    assert not shared, shared[0]
+
+
+def test_the_shape_check_finds_a_renamed_copy(tmp_path: Path) -> None:
+    """The shape comparison sees a block copied with other names, numbers and strings."""
+    one, other = tmp_path / "one.py", tmp_path / "other.py"
+    one.write_text("def f(a):\n" + "".join(f"    x{i} = a.get({i})\n" for i in range(6)))
+    other.write_text("def g(b):\n" + "".join(f"    y{i} = b.get({i} + 1)\n" for i in range(6)))
+    assert _shape(one) != _shape(other)  # a different expression stays different
+    other.write_text("def g(b):\n" + "".join(f"    y{i} = b.put('{i}')  # x\n" for i in range(6)))
+    assert _shape(one) == _shape(other)
