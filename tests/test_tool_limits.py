@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ import pytest
 import redis
 from tenancy_tools import record_key
 
-from conftest import Fleet, start_fleet
+from conftest import Fleet, start_fleet, toolfleet_command
 from toolfleet.producer import ToolClient
 from toolfleet.shared.tenancy.breakers import breaker_key
 from toolfleet.shared.wire import Status
@@ -126,6 +127,14 @@ def test_a_failing_tool_opens_its_breaker_then_a_probe_closes_it(
         assert not refused.run_s
     print(f"\nbreaker refusals, ms end to end: {sorted(round(ms, 1) for ms in refused_ms)}")
     assert int(r.get(runs_key)) == 5
+    top = subprocess.run(
+        [toolfleet_command(), "--redis-url", limits_fleet.redis_url, "--namespace", ns,
+         "top", "--once"],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert top.returncode == 0, top.stderr
+    assert any(FLAKY in line and " open " in line for line in top.stdout.splitlines()), top.stdout
     # When the cool-down passes and the backend is back, one probe runs
     r.delete(fail_key)
     time.sleep(2.1)

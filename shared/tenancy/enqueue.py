@@ -2,7 +2,9 @@
 
 It does what Dramatiq's ``dispatch.lua`` ``enqueue`` command does (``HSET <queue>.msgs
 id body``; ``RPUSH <queue> id``), with two differences: a call whose account is over a
-quota (:mod:`.quotas`) is refused and nothing is written, and a call to a queue with
+quota (:mod:`.quotas`), or whose tool's breaker is open (:mod:`.breakers`: the producer
+refuses fast, reading the state workers keep), is refused and nothing is written, and a
+call to a queue with
 lanes (:mod:`.lanes`) puts its id on the shorter of its account's two lanes and a
 :data:`~.lanes.TOKEN` on the queue list. Checking and enqueuing in one script makes the
 quotas exact across any number of producer processes: no call is counted that was not
@@ -17,6 +19,7 @@ from typing import Any
 
 from toolfleet.shared.naming import queue_msgs_key
 from toolfleet.shared.settings import Settings
+from toolfleet.shared.tenancy.breakers import breaker_key, unavailable_content
 from toolfleet.shared.tenancy.lanes import TOKEN, lane_key, shard_for, uses_lanes
 from toolfleet.shared.tenancy.quotas import limits_key, over_quota_content, quota_scopes
 from toolfleet.shared.wire import Status, ToolCallRequest, ToolCallResult
@@ -24,14 +27,20 @@ from toolfleet.shared.wire import Status, ToolCallRequest, ToolCallResult
 __all__ = ["ENQUEUE_SCRIPT", "QuotaDefaults", "Refused", "enqueue_call", "refused"]
 
 
-#: KEYS: queue list, messages hash, limits hash, then the account's two lanes (none: no
-#: lanes). ARGV: redis message id, body, now (ms), deadline (ms), call id, quota key
-#: prefix, outcome key prefix, default in_flight, per_s and burst (0: none), then the
-#: call's scopes, the account's first. Returns 0 when enqueued, else ``{reason, scope,
-#: limit, retry after (ms)}`` and writes nothing.
+#: KEYS: queue list, messages hash, limits hash, the function's breaker hash, then the
+#: account's two lanes (none: no lanes). ARGV: redis message id, body, now (ms), deadline
+#: (ms), call id, quota key prefix, outcome key prefix, default in_flight, per_s and burst
+#: (0: none), then the call's scopes, the account's first. Returns 0 when enqueued, else
+#: ``{reason, scope, limit, retry after (ms)}`` (reason ``in_flight``, ``per_s`` or
+#: ``breaker``) and writes nothing.
 ENQUEUE_SCRIPT = """
 local now = tonumber(ARGV[3])
 local deadline = tonumber(ARGV[4])
+local breaker = redis.call("hget", KEYS[4], "state")
+if breaker == "open" or breaker == "half_open" then
+    local reopen = tonumber(redis.call("hget", KEYS[4], "until") or "0")
+    if now < reopen then return {"breaker", "", "", math.ceil(reopen - now)} end
+end
 local function number(value)
     if value == nil or value == cjson.null then return 0 end
     return tonumber(value) or 0
@@ -95,9 +104,9 @@ for _, t in ipairs(taken) do
     end
 end
 redis.call("hset", KEYS[2], ARGV[1], ARGV[2])
-if #KEYS >= 5 then
-    local lane = KEYS[4]
-    if redis.call("llen", KEYS[5]) < redis.call("llen", KEYS[4]) then lane = KEYS[5] end
+if #KEYS >= 6 then
+    local lane = KEYS[5]
+    if redis.call("llen", KEYS[6]) < redis.call("llen", KEYS[5]) then lane = KEYS[6] end
     redis.call("rpush", lane, ARGV[1])
     redis.call("rpush", KEYS[1], "%(token)s")
 else
@@ -134,19 +143,29 @@ class Refused:
     Attributes:
         message: why, in words a model can act on.
         retry_after_s: seconds after which the call may succeed.
+        breaker: refused by the tool's open breaker (``not_available``), not a quota
+            (``rejected``).
     """
 
     message: str
     retry_after_s: float
+    breaker: bool = False
 
     def result(self, request: ToolCallRequest) -> ToolCallResult:
         """The producer's own ``rejected`` answer to ``request`` (with ``retry_after_s``)."""
+        if self.breaker:
+            status, content = (
+                Status.NOT_AVAILABLE,
+                unavailable_content(request.function, self.retry_after_s),
+            )
+        else:
+            status, content = Status.REJECTED, over_quota_content(self.message, self.retry_after_s)
         return ToolCallResult(
             id=request.id,
             tool_call_id=request.tool_call_id,
             function=request.function,
-            status=Status.REJECTED,
-            content=over_quota_content(self.message, self.retry_after_s),
+            status=status,
+            content=content,
             queued_s=0.0,
         )
 
@@ -178,7 +197,12 @@ def enqueue_call(
         defaults: quotas of accounts without their own.
         now: the current Unix epoch time, seconds.
     """
-    keys = [f"{namespace}:{queue}", queue_msgs_key(namespace, queue), limits_key(namespace)]
+    keys = [
+        f"{namespace}:{queue}",
+        queue_msgs_key(namespace, queue),
+        limits_key(namespace),
+        breaker_key(namespace, function),
+    ]
     if uses_lanes(queue):
         keys += [lane_key(namespace, queue, lane) for lane in shard_for(account)]
     args: list[Any] = [
@@ -202,13 +226,16 @@ def refused(reply: Any) -> Refused | None:
     if not isinstance(reply, list) or len(reply) != 4:
         return None
     reason, scope, limit, wait_ms = (_text(part) for part in reply)
+    retry_after = max(math.ceil(float(wait_ms)) / 1000, 0.001)
+    if reason == "breaker":
+        return Refused("the tool's circuit breaker is open", retry_after, breaker=True)
     account, _, function = scope.partition("/")
     who = f"account {account!r}" + (f" calling {function}" if function else "")
     if reason == "in_flight":
         what = f"{who} has {limit} calls in flight, its limit"
     else:
         what = f"{who} is over its limit of {float(limit):g} calls per second"
-    return Refused(what, max(math.ceil(float(wait_ms)) / 1000, 0.001))
+    return Refused(what, retry_after)
 
 
 def _text(value: Any) -> str:

@@ -18,6 +18,7 @@ from rich.table import Column, Table
 from toolfleet.shared import codec
 from toolfleet.shared.naming import catalog_key, events_key, workers_key
 from toolfleet.worker.cli.support import Outage
+from toolfleet.worker.cli.top_tenancy import tenancy_tables
 from toolfleet.worker.supervision.exporter import DEFAULT_PORT, run_exporter
 from toolfleet.worker.supervision.health import check_live, check_ready
 
@@ -98,7 +99,9 @@ def render_top(client: redis.Redis, namespace: str, window_s: float = WINDOW_S) 
             f"{_quantile(runs, 0.99) * 1000:.1f}" if runs else "-",
             ", ".join(f"{s}: {n}" for s, n in sorted(errors.items())) or "-",
         )
-    return Group(queue_table, worker_table, function_table)
+    names = sorted(str(e.get("name")) for e in entries)
+    tenancy = tenancy_tables(client, namespace, names, queues)
+    return Group(queue_table, worker_table, function_table, *tenancy)
 
 
 def _quantile(values: list[float], q: float) -> float:

@@ -1,0 +1,88 @@
+"""The tenancy part of ``toolfleet top``: lanes, breakers, concurrency slots and quotas."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import redis
+from rich.table import Column, Table
+
+from toolfleet.shared.tenancy.breakers import breaker_key
+from toolfleet.shared.tenancy.lanes import LANES, lane_keys, uses_lanes
+from toolfleet.shared.tenancy.quotas import Quota, limits_key
+from toolfleet.worker.tenancy.concurrency import concurrency_key
+
+__all__ = ["tenancy_tables"]
+
+#: Most quota rows shown (``toolfleet limits list`` shows them all).
+MAX_QUOTA_ROWS = 10
+
+
+def tenancy_tables(
+    client: redis.Redis, namespace: str, functions: list[str], queues: list[str]
+) -> list[Table]:
+    """Tables of what is limited now; a table with nothing to show is left out.
+
+    Args:
+        client: Redis client.
+        namespace: key prefix.
+        functions: the catalogued function names.
+        queues: the catalogued queues.
+    """
+    laned = [q for q in queues if uses_lanes(q)]
+    pipe = client.pipeline(transaction=False)
+    for queue in laned:
+        for key in lane_keys(namespace, queue):
+            pipe.llen(key)
+    for function in functions:
+        pipe.hgetall(breaker_key(namespace, function))
+        pipe.zcount(concurrency_key(namespace, function), int(time.time() * 1000), "+inf")
+    pipe.hgetall(limits_key(namespace))
+    values: list[Any] = pipe.execute()
+    tables = [_lanes(laned, values[: LANES * len(laned)])]
+    rest = values[LANES * len(laned) :]
+    tables.append(_limited(functions, rest[:-1]))
+    tables.append(_quotas(rest[-1]))
+    return [table for table in tables if table.row_count]
+
+
+def _lanes(queues: list[str], depths: list[int]) -> Table:
+    table = Table("queue", "lanes with calls", "deepest lane", title="account lanes")
+    width = len(depths) // len(queues) if queues else 0
+    for i, queue in enumerate(queues):
+        lanes = depths[i * width : (i + 1) * width]
+        busy = [n for n in lanes if n]
+        if busy:
+            table.add_row(queue, str(len(busy)), str(max(busy)))
+    return table
+
+
+def _limited(functions: list[str], values: list[Any]) -> Table:
+    table = Table(
+        Column("function", overflow="fold"), "breaker", "retry in s", "slots held",
+        title="breakers and concurrency",
+    )  # fmt: skip
+    now_ms = time.time() * 1000
+    for i, function in enumerate(functions):
+        state: dict[bytes, bytes] = values[2 * i]
+        held = int(values[2 * i + 1])
+        name = state.get(b"state", b"closed").decode()
+        if not held and name == "closed":
+            continue
+        until = float(state.get(b"until", b"0"))
+        wait = f"{max(0.0, (until - now_ms) / 1000):.1f}" if name != "closed" else "-"
+        table.add_row(function, name, wait, str(held))
+    return table
+
+
+def _quotas(raw: dict[bytes, bytes]) -> Table:
+    table = Table("scope", "in flight", "per s", title=f"quotas (first {MAX_QUOTA_ROWS})")
+    for scope, data in sorted(raw.items())[:MAX_QUOTA_ROWS]:
+        try:
+            quota = Quota.model_validate_json(data)
+        except ValueError:
+            continue
+        cells = ["-" if v is None else f"{v:g}" for v in (quota.in_flight, quota.per_s)]
+        table.add_row(scope.decode(), *cells)
+    return table
