@@ -557,12 +557,12 @@ def test_cpu_heavy_arguments_are_bounded_in_the_schema() -> None:
 
 def test_every_builtin_function_is_idempotent() -> None:
     """The BFCL functions are pure: all are declared idempotent, so a crash re-runs them."""
-    from toolfleet.worker.pipeline.calls import Toolkit
+    from toolfleet.worker.registry.registry import Registry
 
-    toolkit = Toolkit()
-    toolkit.add_extension(extension)
-    assert len(toolkit.served) == 32
-    assert all(served.idempotent for served in toolkit.served.values())
+    registry = Registry()
+    registry.add_extension(extension)
+    assert len(registry.served) == 32
+    assert all(served.idempotent for served in registry.served.values())
 
 
 def test_numbers_keep_their_json_type() -> None:

@@ -18,7 +18,8 @@ from toolfleet.shared.wire import Status, ToolCallRequest
 types = pytest.importorskip("mcp_types", reason="the MCP SDK (toolfleet[mcp]) is not installed")
 
 from toolfleet.worker.mcp.tools import local_names, result_value  # noqa: E402
-from toolfleet.worker.pipeline.calls import Toolkit  # noqa: E402
+from toolfleet.worker.pipeline.calls import CallPipeline  # noqa: E402
+from toolfleet.worker.registry.registry import Registry  # noqa: E402
 
 PROBE = Path(__file__).resolve().parent / "mcp_servers" / "probe_server.py"
 
@@ -110,12 +111,13 @@ def test_idempotent_hint_counts_only_when_the_manifest_agrees(tmp_path: Path, tr
         args=[str(PROBE), "--marks", str(tmp_path)],
         trust_idempotent_hint=trust,
     )
-    toolkit = Toolkit(worker_id="test")
+    registry = Registry()
+    pipeline = CallPipeline(registry, worker_id="test")
     try:
-        toolkit.add_extension(Extension(slug="hinted", version="1", mcp=config))
-        assert toolkit.served["ext_hinted_echo"].idempotent is trust
-        assert toolkit.served["ext_hinted_slow"].idempotent is False
-        entry = toolkit.served["ext_hinted_echo"].catalog_entry().model_dump(mode="json")
+        registry.add_extension(Extension(slug="hinted", version="1", mcp=config))
+        assert registry.served["ext_hinted_echo"].idempotent is trust
+        assert registry.served["ext_hinted_slow"].idempotent is False
+        entry = registry.served["ext_hinted_echo"].catalog_entry().model_dump(mode="json")
         assert entry["annotations"] == {"readOnlyHint": True, "idempotentHint": True}
         request = ToolCallRequest(
             id=str(uuid.uuid4()),
@@ -125,6 +127,7 @@ def test_idempotent_hint_counts_only_when_the_manifest_agrees(tmp_path: Path, tr
             deadline=time.time() + 20,
             timeout_s=20,
         )
-        assert toolkit.call(request).status is Status.OK
+        assert pipeline.call(request).status is Status.OK
     finally:
-        toolkit.close()
+        registry.close()
+        pipeline.close()

@@ -230,16 +230,20 @@ def test_signals_and_events_one_of_each_kind_per_call_without_secrets_or_argumen
     tool_responded once per call, with the planted secret and the arguments absent."""
     from toolfleet.shared.signals import tool_presented, tool_requested, tool_responded
     from toolfleet.worker.messaging.actors import MessageHandler
-    from toolfleet.worker.pipeline.calls import Toolkit
+    from toolfleet.worker.pipeline.calls import CallPipeline
     from toolfleet.worker.pipeline.ledger import Ledger
+    from toolfleet.worker.pipeline.observe import Observer
     from toolfleet.worker.registry.loader import load_spec
+    from toolfleet.worker.registry.registry import Registry
 
     secret = "sk-signal-" + uuid.uuid4().hex
     monkeypatch.setenv("TFTEST_GUARDED_API_KEY", secret)
     ns = f"{namespace}-sig-{uuid.uuid4().hex[:6]}"
-    toolkit = Toolkit(worker_id="test:1", namespace=ns)
-    toolkit.add_extension(load_spec("guarded_ext:extension"))
-    worker = MessageHandler(toolkit, Ledger(r, ns, "test:1", 60, 10), max_arguments_bytes=10_000)
+    registry = Registry(ns)
+    registry.add_extension(load_spec("guarded_ext:extension"))
+    pipeline = CallPipeline(registry, worker_id="test:1", max_arguments_bytes=10_000)
+    ledger = Ledger(r, ns, "test:1", 60, 10)
+    worker = MessageHandler(pipeline, ledger, Observer(registry, "test:1"))
     seen: dict[str, list[dict[str, Any]]] = {"presented": [], "requested": [], "responded": []}
 
     def keep(kind: str) -> Any:
@@ -269,7 +273,7 @@ def test_signals_and_events_one_of_each_kind_per_call_without_secrets_or_argumen
                 timeout_s=10,
             )
             worker.handle(request.encode().decode(), "tools.guarded")
-        _present_tools(r, ns, toolkit)
+        _present_tools(r, ns, registry)
     finally:
         for receiver, sig in zip(
             receivers, (tool_presented, tool_requested, tool_responded), strict=True
@@ -291,10 +295,10 @@ def test_signals_and_events_one_of_each_kind_per_call_without_secrets_or_argumen
     assert all(e["traceparent"] == "00-abc-def-01" for e in seen["responded"])
 
 
-def _present_tools(r: redis.Redis, ns: str, toolkit: Any) -> None:
+def _present_tools(r: redis.Redis, ns: str, registry: Any) -> None:
     from toolfleet.worker.supervision.heartbeat import CatalogPublisher
 
-    CatalogPublisher(r, ns, toolkit, {"tools.guarded"}, 1.0, 10.0).publish()
+    CatalogPublisher(r, ns, registry, "test:1", {"tools.guarded"}, 1.0, 10.0).publish()
     url = r.connection_pool.connection_kwargs
     client_url = (
         f"redis://{url.get('host', '127.0.0.1')}:{url.get('port', 6379)}/{url.get('db', 0)}"

@@ -507,13 +507,15 @@ def test_tool_past_its_own_limit_is_answered_timeout() -> None:
     """Its own limit passing before the worker's, ext_python_run answers timeout (not crashed)."""
     from toolfleet.shared.manifest import ToolOptions
     from toolfleet.shared.wire import ToolCallRequest, new_call_id
-    from toolfleet.worker.pipeline.calls import Toolkit
+    from toolfleet.worker.pipeline.calls import CallPipeline
+    from toolfleet.worker.registry.registry import Registry
 
     own_limit_s = 0.5
     built = make_extension(slug="python-own-limit", timeout_s=own_limit_s)
-    toolkit = Toolkit(worker_id="test:1", namespace="own-limit")
+    registry = Registry("own-limit")
+    pipeline = CallPipeline(registry, worker_id="test:1")
     # The operator gave the worker a longer limit than the tool's own (a manifest override).
-    toolkit.add_extension(replace(built, tool_options={"run": ToolOptions(timeout=10.0)}))
+    registry.add_extension(replace(built, tool_options={"run": ToolOptions(timeout=10.0)}))
     request = ToolCallRequest(
         id=new_call_id(),
         function="ext_python_own_limit_run",
@@ -524,10 +526,10 @@ def test_tool_past_its_own_limit_is_answered_timeout() -> None:
     )
     try:
         started = time.monotonic()
-        result = toolkit.call(request)
+        result = pipeline.call(request)
         elapsed = time.monotonic() - started
     finally:
-        toolkit.runner.close()
+        pipeline.close()
     assert result.status is Status.TIMEOUT, result
     assert elapsed < 5, elapsed  # the tool's own limit, not the worker's 10 s
     assert "did not finish within" in result.content["error"]

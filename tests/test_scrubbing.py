@@ -16,8 +16,9 @@ from pydantic import BaseModel, ConfigDict
 
 from toolfleet.shared import Extension, ExtensionContext, ExtensionToolError, Tool
 from toolfleet.shared.wire import ToolCallRequest, ToolCallResult, ToolEvent
-from toolfleet.worker.pipeline.calls import Toolkit
+from toolfleet.worker.pipeline.calls import CallPipeline
 from toolfleet.worker.pipeline.observe import Observer
+from toolfleet.worker.registry.registry import Registry
 from toolfleet.worker.supervision.logs import JsonFormatter
 
 #: Set by each example: the value the tools leak.
@@ -103,20 +104,22 @@ def test_planted_secret_appears_in_no_reply_log_record_or_event(secret: str) -> 
     tool, raised in its errors and logged, appears in no encoding in any reply, log or event."""
     assume(secret.strip() == secret and len(secret) >= 8)
     PLANTED["secret"] = secret
-    toolkit = Toolkit(worker_id="test:1", namespace=f"scrub-{uuid.uuid4().hex[:6]}")
-    toolkit.add_extension(
+    registry = Registry(f"scrub-{uuid.uuid4().hex[:6]}")
+    registry.add_extension(
         Extension(slug="leaky", version="1.0.0", tools=[LeakResult, LeakError, LeakCrash])
     )
-    toolkit.redactor.add({secret})
+    registry.redactor.add({secret})
     events: list[ToolEvent] = []
-    toolkit.emit = lambda request, event: events.append(event)
-    observer = Observer(toolkit)
+    pipeline = CallPipeline(
+        registry, worker_id="test:1", emit=lambda request, event: events.append(event)
+    )
+    observer = Observer(registry, "test:1")
     stream = io.StringIO()
     handlers = []
     for formatter in (JsonFormatter(), logging.Formatter("%(levelname)s %(name)s: %(message)s")):
         handler = logging.StreamHandler(stream)
         handler.setFormatter(formatter)
-        handler.addFilter(toolkit.redactor.log_filter())
+        handler.addFilter(registry.redactor.log_filter())
         handlers.append(handler)
     root = logging.getLogger()
     for handler in handlers:
@@ -130,7 +133,7 @@ def test_planted_secret_appears_in_no_reply_log_record_or_event(secret: str) -> 
                 reply_to="unused", deadline=time.time() + 10, timeout_s=10, events=True,
             )  # fmt: skip
             requested = observer.requested(request)
-            result = toolkit.call(request)
+            result = pipeline.call(request)
             responded = observer.responded(request, result, "tools.leaky", True)
             results.append(result)
             texts += [result.model_dump_json(), json.dumps(requested), json.dumps(responded)]

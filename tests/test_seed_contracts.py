@@ -267,19 +267,20 @@ def test_a_disabled_tool_is_refused_by_the_worker_too(
     finally:
         sys.path.remove(str(TESTS))
     from toolfleet.shared import ToolCallRequest
-    from toolfleet.worker.pipeline.calls import Toolkit
+    from toolfleet.worker.pipeline.calls import CallPipeline
+    from toolfleet.worker.registry.registry import Registry
 
     runs = flags["runs"].with_name("unit-runs")
     monkeypatch.setenv("TFTEST_WEATHER_FLAG", str(flags["flag"].with_name("never-there")))
     monkeypatch.setenv("TFTEST_WEATHER_RUNS", str(runs))
-    toolkit = Toolkit()
-    toolkit.add_extension(extension)
-    assert toolkit.refresh_tool_states() == {WEATHER: (False, "Preparing the forecast for {city}")}
+    registry = Registry()
+    registry.add_extension(extension)
+    assert registry.refresh_tool_states() == {WEATHER: (False, "Preparing the forecast for {city}")}
     request = ToolCallRequest(
         id=str(uuid.uuid4()), function=WEATHER, arguments={"city": "Oslo"},
         reply_to="unused", deadline=time.time() + 5, timeout_s=5,
     )  # fmt: skip
-    result = toolkit.call(request)
+    result = CallPipeline(registry).call(request)
     assert result.status is Status.NOT_AVAILABLE and "disabled" in str(result.content)
     assert not runs.exists()
 

@@ -25,7 +25,8 @@ from toolfleet.shared.export import export_tools
 from toolfleet.shared.naming import extension_for, function_name, function_names, tool_name_for
 from toolfleet.shared.plugin import MetadataPlugin
 from toolfleet.shared.toolkit import Toolkit as DefToolkit
-from toolfleet.worker.pipeline.calls import Toolkit
+from toolfleet.worker.pipeline.calls import CallPipeline
+from toolfleet.worker.registry.registry import Registry
 
 PARAMETERS = {
     "type": "object",
@@ -97,7 +98,7 @@ STYLES: dict[str, Any] = {
 }
 
 
-def _call(toolkit: Toolkit, function: str, arguments: Any) -> Any:
+def _call(registry: Registry, function: str, arguments: Any) -> Any:
     request = ToolCallRequest(
         id=str(uuid.uuid4()),
         function=function,
@@ -106,17 +107,21 @@ def _call(toolkit: Toolkit, function: str, arguments: Any) -> Any:
         deadline=time.time() + 10,
         timeout_s=10,
     )
-    return toolkit.call(request)
+    pipeline = CallPipeline(registry)
+    try:
+        return pipeline.call(request)
+    finally:
+        pipeline.close()
 
 
 @pytest.mark.parametrize("style", sorted(STYLES))
 def test_null_for_an_optional_argument_reaches_every_style_as_its_default(style: str) -> None:
     """{"times": null, "sep": null} runs like {} for class, metadata, deftool and delegate tools."""
-    toolkit = Toolkit()
-    toolkit.add_extension(Extension(slug=f"nulls-{style}", version="1", tools=[STYLES[style]]))
-    (function,) = toolkit.served
-    left_out = _call(toolkit, function, {"text": "a"})
-    nulled = _call(toolkit, function, '{"text": "a", "times": null, "sep": null}')
+    registry = Registry()
+    registry.add_extension(Extension(slug=f"nulls-{style}", version="1", tools=[STYLES[style]]))
+    (function,) = registry.served
+    left_out = _call(registry, function, {"text": "a"})
+    nulled = _call(registry, function, '{"text": "a", "times": null, "sep": null}')
     assert left_out.status is Status.OK, left_out.content
     assert nulled.status is Status.OK, nulled.content
     assert nulled.content == left_out.content == "a+a"
@@ -125,10 +130,10 @@ def test_null_for_an_optional_argument_reaches_every_style_as_its_default(style:
 def test_null_for_a_required_argument_is_still_invalid_in_every_style() -> None:
     """The null rule never turns a missing required argument into a default."""
     for style, definition in STYLES.items():
-        toolkit = Toolkit()
-        toolkit.add_extension(Extension(slug=f"req-{style}", version="1", tools=[definition]))
-        (function,) = toolkit.served
-        result = _call(toolkit, function, {"text": None})
+        registry = Registry()
+        registry.add_extension(Extension(slug=f"req-{style}", version="1", tools=[definition]))
+        (function,) = registry.served
+        result = _call(registry, function, {"text": None})
         assert result.status is Status.INVALID_ARGUMENTS, (style, result.content)
 
 
@@ -151,10 +156,10 @@ def _keywords(schema: Any, path: str = "#") -> Iterator[tuple[str, str]]:
 
 
 def _builtin_entries() -> list[dict[str, Any]]:
-    toolkit = Toolkit()
+    registry = Registry()
     for ext in (bfcl_extension, date_extension, python_extension):
-        toolkit.add_extension(ext)
-    return [served.catalog_entry().model_dump(mode="json") for served in toolkit.served.values()]
+        registry.add_extension(ext)
+    return [served.catalog_entry().model_dump(mode="json") for served in registry.served.values()]
 
 
 @pytest.mark.parametrize("fmt", ["openai-strict", "responses"])
@@ -219,32 +224,32 @@ def test_clashing_function_names_of_two_extensions_both_serve_under_hashed_names
     """a-b/c and a/b_c both map to ext_a_b_c: both get distinct hashed names and answer."""
     first = Extension(slug="a-b", version="1", tools=[_named("c")])
     second = Extension(slug="a", version="1", tools=[_named("b_c"), _named("other")])
-    toolkit = Toolkit()
-    toolkit.add_extension(first)
-    toolkit.add_extension(second)
-    assert toolkit.errors == {}
+    registry = Registry()
+    registry.add_extension(first)
+    registry.add_extension(second)
+    assert registry.errors == {}
     hashed_first = function_name("a-b", "c", hashed=True)
     hashed_second = function_name("a", "b_c", hashed=True)
     assert hashed_first != hashed_second
     assert hashed_first.startswith("ext_a_b_c_") and len(hashed_first) == len("ext_a_b_c_") + 8
-    assert set(toolkit.served) == {hashed_first, hashed_second, "ext_a_other"}
-    assert _call(toolkit, hashed_first, {"text": "x"}).content == "a-b/c"
-    assert _call(toolkit, hashed_second, {"text": "x"}).content == "a/b_c"
+    assert set(registry.served) == {hashed_first, hashed_second, "ext_a_other"}
+    assert _call(registry, hashed_first, {"text": "x"}).content == "a-b/c"
+    assert _call(registry, hashed_second, {"text": "x"}).content == "a/b_c"
     # load order does not change the names
-    reverse = Toolkit()
+    reverse = Registry()
     reverse.add_extension(second)
     reverse.add_extension(first)
-    assert set(reverse.served) == set(toolkit.served)
+    assert set(reverse.served) == set(registry.served)
 
 
 def test_hashed_names_map_back_to_extension_and_tool_through_the_catalog() -> None:
     """tool_name_for and extension_for recover the original names from catalog entries."""
-    toolkit = Toolkit()
-    toolkit.add_extension(Extension(slug="a-b", version="1", tools=[_named("c")]))
-    toolkit.add_extension(Extension(slug="a", version="1", tools=[_named("b_c")]))
+    registry = Registry()
+    registry.add_extension(Extension(slug="a-b", version="1", tools=[_named("c")]))
+    registry.add_extension(Extension(slug="a", version="1", tools=[_named("b_c")]))
     catalog = {
         name: served.catalog_entry().model_dump(mode="json")
-        for name, served in toolkit.served.items()
+        for name, served in registry.served.items()
     }
     hashed = function_name("a", "b_c", hashed=True)
     assert tool_name_for(hashed, catalog) == "b_c"

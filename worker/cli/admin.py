@@ -22,8 +22,8 @@ from toolfleet.shared.naming import (
     mcp_servers_key,
     switches_key,
 )
-from toolfleet.worker.pipeline.calls import Toolkit
 from toolfleet.worker.registry.loader import load_all
+from toolfleet.worker.registry.registry import Registry
 
 __all__ = ["extensions", "switch"]
 
@@ -167,12 +167,12 @@ def check(
     client: redis.Redis | None = ctx.obj.redis() if settings.redis_url else None  # fail first
     folders = [*settings.extension_folders(), *paths]
     loaded, errors = load_all(list(specs), folders=folders, entry_points_too=not no_entry_points)
-    toolkit = Toolkit(namespace=settings.namespace, secrets_dir=settings.secrets_dir)
-    toolkit.errors.update(errors)
+    registry = Registry(settings.namespace, secrets_dir=settings.secrets_dir)
+    registry.errors.update(errors)
     try:
-        toolkit.add_extensions(loaded)
+        registry.add_extensions(loaded)
     finally:
-        toolkit.close()  # this check's own MCP servers (started to list their tools)
+        registry.close()  # this check's own MCP servers (started to list their tools)
     fleet_mcp: dict[str, int] | None = None
     reported: dict[bytes, bytes] = {}
     if client is not None:
@@ -180,14 +180,14 @@ def check(
         fleet_mcp = _fleet_mcp_processes(client, settings.namespace, settings.worker_ttl_s)
         client.close()
     table = Table("extension", "version", "functions", "queue", "MCP server")
-    for slug, extension in sorted(toolkit.extensions.items()):
-        count = sum(1 for s in toolkit.served.values() if s.extension is extension)
+    for slug, extension in sorted(registry.extensions.items()):
+        count = sum(1 for s in registry.served.values() if s.extension is extension)
         table.add_row(
             slug, extension.version, str(count), extension.queue_name,
             _mcp_cell(extension.mcp.transport if extension.mcp else None, fleet_mcp, slug),
         )  # fmt: skip
     console.print(table)
-    problems = dict(toolkit.errors)
+    problems = dict(registry.errors)
     if reported:
         for source, message in current_errors(reported, settings.worker_ttl_s).items():
             problems.setdefault(f"worker: {source}", message)

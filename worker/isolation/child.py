@@ -14,56 +14,56 @@ import os
 import socket
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolfleet.shared.errors import ToolCallError
 from toolfleet.shared.lifeline import die_with_parent
-from toolfleet.shared.tool import ExtensionContext
 from toolfleet.worker.isolation.base import ChildToolError
+
+if TYPE_CHECKING:
+    from toolfleet.worker.registry.registry import Registry
 
 __all__ = ["call_in_child", "init_child", "ping"]
 
 _state: dict[str, Any] = {}
 
 
-def init_child(
-    specs: list[str],
-    folders: list[str],
-    entry_points: bool,
-    secrets_dir: str | None,
-    namespace: str,
-    log_level: str,
-) -> None:
+def init_child(specs: list[str], entry_points: bool, log_level: str) -> None:
     """Pool initializer: arm the parent-death signal, drop the metric files, load extensions.
+
+    Every setting (namespace, extension folders, secrets folder) comes from
+    :class:`~toolfleet.shared.settings.Settings`, read from the environment the child
+    inherits from its worker process; the arguments are what only the worker's command
+    line says.
 
     The parent is the pool's fork server, which exits as soon as its worker process is
     gone (it reads end-of-file on the worker's pipe; it runs no tool, so nothing can hold
     its GIL); the kernel then kills this child, whatever its tool is doing.
+
+    Args:
+        specs: the ``MODULE:ATTR`` extension specs of the worker process.
+        entry_points: whether to load the ``toolfleet.extensions`` entry points too.
+        log_level: logging level name.
     """
     die_with_parent()
-    from toolfleet.worker.pipeline.calls import Toolkit
+    from toolfleet.shared.settings import Settings
     from toolfleet.worker.registry.loader import load_all
+    from toolfleet.worker.registry.registry import Registry
 
     _forget_metric_files()
 
+    settings = Settings.from_env()
     worker_id = f"{socket.gethostname()}:{os.getpid()}"
     logging.basicConfig(
         level=log_level.upper(),
         format=f"%(asctime)s %(levelname)s [{worker_id} child] %(name)s: %(message)s",
     )
-    toolkit = Toolkit(
-        worker_id=worker_id,
-        namespace=namespace,
-        secrets_dir=Path(secrets_dir) if secrets_dir else None,
-        start_mcp=False,
-    )
-    loaded, errors = load_all(
-        specs, folders=[Path(f) for f in folders], entry_points_too=entry_points
-    )
-    toolkit.add_extensions(loaded)
+    registry = Registry(settings.namespace, secrets_dir=settings.secrets_dir, start_mcp=False)
+    loaded, _ = load_all(specs, folders=settings.extension_folders(), entry_points_too=entry_points)
+    registry.add_extensions(loaded)
     for handler in logging.getLogger().handlers:
-        handler.addFilter(toolkit.redactor.log_filter())
-    _state["toolkit"] = toolkit
+        handler.addFilter(registry.redactor.log_filter())
+    _state["registry"] = registry
 
 
 def _forget_metric_files() -> None:
@@ -96,27 +96,20 @@ def call_in_child(
 ) -> Any:
     """Validate ``arguments`` again and run ``function``; return its JSON-able value.
 
+    The context is the registry's (:meth:`Registry.context`), with the switch states
+    the worker process knew when it handed the call over.
+
     Raises:
         ToolCallError: the status the tool answers (``ExtensionToolError``: its own error
             for the model; any other subclass: that class's status).
         ChildToolError: any other exception, as text.
     """
-    toolkit = _state["toolkit"]
-    served = toolkit.served[function]
-    extension = served.extension
-
-    def switch_is_active(name: str) -> bool:
-        full = extension.switch_name(name)
-        return bool(switch_states.get(full, toolkit.switches.defaults.get(full, True)))
-
+    registry: Registry = _state["registry"]
+    served = registry.served[function]
+    registry.switches.adopt(switch_states)
     try:
         model = served.arguments_model.model_validate(arguments)
-        context = ExtensionContext(
-            **context_fields,
-            logger=logging.getLogger(f"toolfleet.extensions.{extension.slug}"),
-            settings=served.settings,
-            switches=switch_is_active,
-        )
+        context = registry.context(served, context_fields)
         value = served.spec.invoke(model, context)
         if inspect.isawaitable(value):
             value = asyncio.run(_wait(value))

@@ -37,8 +37,8 @@ class ProcessRunner:
 
     Args:
         max_workers: children (one per worker thread).
-        init_args: arguments of :func:`~.child.init_child` (extension specs, folders,
-            entry points flag, secrets dir, namespace, log level).
+        init_args: arguments of :func:`~.child.init_child` (extension specs, entry
+            points flag, log level; settings travel in the environment).
         preload: module names the forkserver imports once for every child.
     """
 

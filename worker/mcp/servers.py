@@ -1,6 +1,6 @@
 """The MCP servers of one worker process: their loop thread, their sessions, their targets.
 
-One :class:`McpServers` per :class:`~toolfleet.worker.pipeline.calls.Toolkit`. Its sessions run
+One :class:`McpServers` per :class:`~toolfleet.worker.registry.registry.Registry`. Its sessions run
 on one daemon thread with its own asyncio loop (so an ``async`` tool that blocks the
 tools' loop cannot stall them, and the thread that spawns the stdio servers lives as
 long as the process: their parent-death signal is tied to it).

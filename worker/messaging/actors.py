@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Any
 
 import dramatiq
@@ -14,31 +13,17 @@ from dramatiq.middleware import CurrentMessage
 from pydantic import ValidationError
 
 from toolfleet.shared import codec, tracing
-from toolfleet.shared.limits import deadline_problem
 from toolfleet.shared.naming import actor_name_for
 from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallRequest, ToolCallResult
-from toolfleet.worker.isolation.base import KILL_MARGIN_S
-from toolfleet.worker.isolation.inproc import LOOP_MARGIN_S
 from toolfleet.worker.messaging.broker import FleetRedisBroker
-from toolfleet.worker.pipeline.calls import DEADLINE_GRACE_S, Toolkit
-from toolfleet.worker.pipeline.ledger import MIN_ANSWER_S, InFlight, InlineAck, Ledger, Posted
+from toolfleet.worker.pipeline.calls import CallPipeline
+from toolfleet.worker.pipeline.ledger import InlineAck, Ledger, Posted
 from toolfleet.worker.pipeline.observe import Observer
-from toolfleet.worker.supervision import metrics
 from toolfleet.worker.supervision.logs import call_scope
 
 __all__ = ["MessageHandler", "RejectedMessage", "declare_actors"]
 
 log = logging.getLogger("toolfleet.worker.actors")
-
-#: What the model reads when a non-idempotent call's worker died while running it.
-NOT_RETRIED = (
-    "the worker stopped while running this call; not retried because the tool may have side effects"
-)
-
-#: What the model reads when a call was picked up after its deadline.
-EXPIRED_MESSAGE = "the call's deadline passed before it could run"
-#: Seconds past its limit a call may take to be answered by its own process, by isolation.
-ISOLATION_MARGIN_S = {"thread": 0.0, "async": LOOP_MARGIN_S, "process": KILL_MARGIN_S}
 
 
 class RejectedMessage(Exception):  # noqa: N818 - Dramatiq "throws" exception, not an error of ours
@@ -52,17 +37,21 @@ class RejectedMessage(Exception):  # noqa: N818 - Dramatiq "throws" exception, n
 class MessageHandler:
     """Answers messages: the body of every queue's actor.
 
+    It decodes the message, drops a duplicate delivery of a call running in this
+    process, and takes the call through the pipeline's decisions (:meth:`CallPipeline.admit`
+    before the claim, :meth:`CallPipeline.after_claim` with it, then the run), posting
+    the one reply through the ledger.
+
     Args:
-        toolkit: what this process serves.
+        pipeline: decides each status and runs the calls.
         ledger: claims, outcomes and replies.
-        max_arguments_bytes: larger encoded arguments are answered ``rejected``.
+        observer: metrics, signals and events of each call.
     """
 
-    def __init__(self, toolkit: Toolkit, ledger: Ledger, max_arguments_bytes: int) -> None:
-        self.toolkit = toolkit
+    def __init__(self, pipeline: CallPipeline, ledger: Ledger, observer: Observer) -> None:
+        self.pipeline = pipeline
         self.ledger = ledger
-        self.max_arguments_bytes = max_arguments_bytes
-        self.observer = Observer(toolkit)
+        self.observer = observer
         self._active: set[str] = set()
         self._active_lock = threading.Lock()
 
@@ -108,88 +97,43 @@ class MessageHandler:
     def _handle(
         self, request: ToolCallRequest, queue: str, bound: int, ack: InlineAck | None
     ) -> None:
-        problem = deadline_problem(request.deadline, request.timeout_s, time.time())
-        if problem:
-            self._finish(request, self._failure(request, Status.REJECTED, problem), queue, ack=ack)
-            return
-        # the whole message bounds the arguments: encode them only when it is too large
-        size = bound
-        if size > self.max_arguments_bytes:
-            size = request.arguments_size()
-        if size > self.max_arguments_bytes:
-            message = (
-                f"the arguments are {size} bytes, over the limit of {self.max_arguments_bytes}"
-            )
-            metrics.OVERSIZE.labels("arguments").inc()
-            self._finish(request, self._failure(request, Status.REJECTED, message), queue, ack=ack)
+        early = self.pipeline.admit(request, bound)
+        if early is not None:
+            accepted = early.status is not Status.REJECTED  # counted as requested before
+            requested = self.observer.requested(request) if accepted else None
+            self._finish(request, early, queue, requested, ack)
             return
         token = self.ledger.new_token()
-        record = self._in_flight(request)
+        record = self.pipeline.in_flight(request)
         claim = self.ledger.claim(request, queue, token, record)
         if claim.switches is not None:  # read with the claim: a switch applies at once
-            self.toolkit.switches.load(claim.switches)
+            self.pipeline.registry.switches.load(claim.switches)
         if claim.outcome is not None:
             log.info("call %s was answered already; its reply went out with it", request.id)
             return
+        if not claim.acquired and claim.owner_alive:
+            log.warning(
+                "call %s is running on %s; duplicate delivery dropped", request.id, claim.owner
+            )
+            return
+        decided = self.pipeline.after_claim(request, claim)
+        if decided is not None:
+            self._finish(request, decided, queue, ack=ack)
+            return
         if not claim.acquired:
-            if claim.owner_alive:
-                log.warning(
-                    "call %s is running on %s; duplicate delivery dropped", request.id, claim.owner
-                )
-                return
-            served = self.toolkit.served.get(request.function)
-            if served is None or not served.idempotent:
-                crashed = self._failure(request, Status.CRASHED, NOT_RETRIED)
-                self._finish(request, crashed, queue, ack=ack)
-                return
             log.warning(
                 "call %s: worker %s died; re-running the idempotent tool", request.id, claim.owner
             )
             self.ledger.take_over(request, token, record)
-        if claim.canceled:
-            if request.deadline <= time.time():
-                late = self._failure(request, Status.EXPIRED, EXPIRED_MESSAGE)
-                self._finish(request, late, queue, ack=ack)
-                return
-            canceled = self._failure(request, Status.CANCELED, "the call was canceled")
-            self._finish(request, canceled, queue, ack=ack)
-            return
         requested = self.observer.requested(request)
         try:
-            result = self.toolkit.call(request)
+            result = self.pipeline.call(request)
         except BaseException:
             self.ledger.forget(request)
-            self.observer.responded(
-                request, self._failure(request, Status.CRASHED, "worker error"), queue, True
-            )
+            crashed = self.pipeline.failure(request, Status.CRASHED, "worker error")
+            self.observer.responded(request, crashed, queue, True)
             raise
         self._finish(request, result, queue, requested, ack)
-
-    def _in_flight(self, request: ToolCallRequest) -> InFlight:
-        """The watchdog's record of the call: by when this process answers it itself."""
-        now = time.time()
-        served = self.toolkit.served.get(request.function)
-        limit_s = 0.0
-        margin_s = 0.0
-        if served is not None:
-            limit_s = max(0.0, min(served.timeout_s, request.deadline - now + DEADLINE_GRACE_S))
-            if served.retry is not None:  # retried: answered by the deadline at the latest
-                limit_s = max(0.0, request.deadline - now + DEADLINE_GRACE_S)
-            margin_s = ISOLATION_MARGIN_S.get(
-                "async" if served.is_async and served.isolation == "thread" else served.isolation,
-                0.0,
-            )
-        return InFlight(
-            id=request.id,
-            tool_call_id=request.tool_call_id,
-            function=request.function,
-            reply_to=request.reply_to,
-            answer_by=now + max(limit_s, MIN_ANSWER_S) + margin_s,
-            limit_s=limit_s,
-        )
-
-    def _failure(self, request: ToolCallRequest, status: Status, message: str) -> ToolCallResult:
-        return ToolCallResult.failure(request, status, message, worker=self.toolkit.worker_id)
 
     def _finish(
         self,
@@ -206,7 +150,7 @@ class MessageHandler:
             posted = self.ledger.finish(request, result, events, ack)
         except codec.EncodeError as exc:
             log.error("result of %s could not be encoded: %s", request.id, exc)
-            fallback = self._failure(
+            fallback = self.pipeline.failure(
                 request, Status.CRASHED, "the tool's result could not be encoded"
             )
             posted = self.ledger.finish(request, fallback, ack=ack)
@@ -221,7 +165,7 @@ class MessageHandler:
     def _reject_undecodable(self, raw: Any, exc: Exception) -> None:
         log.warning("rejected an undecodable request: %s", str(exc)[:300])
         post_rejection(
-            self.ledger.client, self.ledger.reply_ttl_s, raw, str(exc), self.toolkit.worker_id
+            self.ledger.client, self.ledger.reply_ttl_s, raw, str(exc), self.pipeline.worker_id
         )
 
 

@@ -8,7 +8,7 @@ import threading
 import redis
 
 from toolfleet.shared.naming import cancel_channel
-from toolfleet.worker.pipeline.calls import Toolkit
+from toolfleet.worker.pipeline.calls import CallPipeline
 from toolfleet.worker.supervision.redis_factory import redis_client
 
 __all__ = ["CancelListener"]
@@ -24,12 +24,12 @@ class CancelListener:
     """
 
     def __init__(
-        self, url: str, namespace: str, toolkit: Toolkit, *, factory: str | None = None
+        self, url: str, namespace: str, pipeline: CallPipeline, *, factory: str | None = None
     ) -> None:
         self.url = url
         self.factory = factory
         self.channel = cancel_channel(namespace)
-        self.toolkit = toolkit
+        self.pipeline = pipeline
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="toolfleet-cancels", daemon=True)
 
@@ -54,7 +54,7 @@ class CancelListener:
                     if message and message.get("type") == "message":
                         data = message["data"]
                         call_id = data.decode() if isinstance(data, bytes) else str(data)
-                        if self.toolkit.cancel(call_id):
+                        if self.pipeline.cancel(call_id):
                             log.info("canceled running call %s", call_id)
                 pubsub.close()
                 client.close()

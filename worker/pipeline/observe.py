@@ -9,7 +9,7 @@ from typing import Any
 from toolfleet.shared import codec
 from toolfleet.shared.signals import REDACTED, tool_requested, tool_responded
 from toolfleet.shared.wire import Status, ToolCallRequest, ToolCallResult
-from toolfleet.worker.pipeline.calls import Toolkit
+from toolfleet.worker.registry.registry import Registry
 from toolfleet.worker.supervision import metrics
 
 __all__ = ["Observer"]
@@ -26,14 +26,16 @@ class Observer:
     """Counts, signals and describes calls for one worker process.
 
     Args:
-        toolkit: what this process serves (extension of a function, redaction).
+        registry: what this process serves (extension of a function, redaction).
+        worker_id: ``host:pid`` of this process, in every event.
     """
 
-    def __init__(self, toolkit: Toolkit) -> None:
-        self.toolkit = toolkit
+    def __init__(self, registry: Registry, worker_id: str) -> None:
+        self.registry = registry
+        self.worker_id = worker_id
 
     def _extension(self, function: str) -> tuple[str, bool]:
-        served = self.toolkit.served.get(function)
+        served = self.registry.served.get(function)
         if served is None:
             return "", False
         return served.extension.slug, served.extension.event_payloads
@@ -45,7 +47,7 @@ class Observer:
             "function": request.function,
             "extension": slug,
             "account": request.context.account,
-            "worker": self.toolkit.worker_id,
+            "worker": self.worker_id,
             "traceparent": request.context.traceparent,
         }
 
@@ -53,7 +55,7 @@ class Observer:
         _, opted_in = self._extension(function)
         if not opted_in:
             return REDACTED
-        text = self.toolkit.redactor.scrub(codec.dumps_str(value))
+        text = self.registry.redactor.scrub(codec.dumps_str(value))
         return text[:MAX_EVENT_PAYLOAD]
 
     def _raw_arguments(self, request: ToolCallRequest) -> str:
@@ -63,7 +65,7 @@ class Observer:
             text = raw if isinstance(raw, str) else codec.dumps_str(raw)
         except codec.EncodeError:
             text = repr(raw)
-        text = self.toolkit.redactor.scrub(text)
+        text = self.registry.redactor.scrub(text)
         return text if len(text) <= MAX_LOGGED_ARGUMENTS else text[:MAX_LOGGED_ARGUMENTS] + "…"
 
     def requested(self, request: ToolCallRequest) -> dict[str, Any]:

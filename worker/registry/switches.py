@@ -34,6 +34,10 @@ class SwitchBoard:
         """Take every switch state from ``raw``, the ``<ns>:switches`` hash as read."""
         self._states = switch_states(raw)
 
+    def adopt(self, states: Mapping[str, bool]) -> None:
+        """Take ``states`` (a :meth:`snapshot` of another board) as the states Redis holds."""
+        self._states = dict(states)
+
     @property
     def states(self) -> dict[str, bool]:
         """The switch states Redis holds (switches never set are absent)."""

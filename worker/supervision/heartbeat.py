@@ -29,7 +29,7 @@ from toolfleet.shared.naming import (
 )
 from toolfleet.worker.messaging.maintenance import run_maintenance
 from toolfleet.worker.messaging.slots import SlotJanitor
-from toolfleet.worker.pipeline.calls import Toolkit
+from toolfleet.worker.registry.registry import Registry
 
 __all__ = ["CatalogPublisher"]
 
@@ -42,7 +42,8 @@ class CatalogPublisher:
     Args:
         client: Redis client.
         namespace: key prefix.
-        toolkit: what this process serves.
+        registry: what this process serves.
+        worker_id: ``host:pid`` of this process.
         queues: the queues this process consumes.
         interval_s: seconds between heartbeats.
         worker_ttl_s: heartbeats older than this are pruned from the workers sets.
@@ -59,7 +60,8 @@ class CatalogPublisher:
         self,
         client: redis.Redis,
         namespace: str,
-        toolkit: Toolkit,
+        registry: Registry,
+        worker_id: str,
         queues: set[str],
         interval_s: float,
         worker_ttl_s: float,
@@ -69,7 +71,8 @@ class CatalogPublisher:
         self.client = client
         self.janitor = janitor
         self.namespace = namespace
-        self.toolkit = toolkit
+        self.registry = registry
+        self.worker_id = worker_id
         self.queues = sorted(queues)
         self.interval_s = interval_s
         self.worker_ttl_s = worker_ttl_s
@@ -99,41 +102,41 @@ class CatalogPublisher:
             self._epoch,
             "\n".join(self._remembered),
         )
-        self.toolkit.refresh_tool_states()
+        self.registry.refresh_tool_states()
         entries = {
-            name: codec.dumps(self.toolkit.catalog_entry(served).model_dump(mode="json"))
-            for name, served in self.toolkit.served.items()
+            name: codec.dumps(self.registry.catalog_entry(served).model_dump(mode="json"))
+            for name, served in self.registry.served.items()
             if served.queue in self.queues
         }
         if entries:
             pipe.hset(catalog_key(self.namespace), mapping=entries)  # type: ignore[arg-type]
-        gone = sorted(self.toolkit.take_withdrawn() - set(entries))
+        gone = sorted(self.registry.take_withdrawn() - set(entries))
         if gone:  # an MCP server dropped them; workers still serving them re-add them
             pipe.hdel(catalog_key(self.namespace), *gone)
         names_at = len(pipe.command_stack)
         pipe.hkeys(catalog_key(self.namespace))
-        if self.toolkit.mcp is not None:
-            servers = self.toolkit.mcp.status()
+        if self.registry.mcp is not None:
+            servers = self.registry.mcp.status()
             for state in servers.values():
-                state["last_error"] = self.toolkit.redactor.scrub(state["last_error"])
+                state["last_error"] = self.registry.redactor.scrub(state["last_error"])
             report = codec.dumps({"at": now, "servers": servers})
-            pipe.hset(mcp_servers_key(self.namespace), self.toolkit.worker_id, report)
-        errors = {k: self.toolkit.redactor.scrub(v) for k, v in self.toolkit.errors.items()}
+            pipe.hset(mcp_servers_key(self.namespace), self.worker_id, report)
+        errors = {k: self.registry.redactor.scrub(v) for k, v in self.registry.errors.items()}
         errors_report = WorkerErrors(at=now, errors=errors).model_dump_json()
-        pipe.hset(extension_errors_key(self.namespace), self.toolkit.worker_id, errors_report)
+        pipe.hset(extension_errors_key(self.namespace), self.worker_id, errors_report)
         for queue in self.queues:
             key = workers_key(self.namespace, queue)
-            pipe.zadd(key, {self.toolkit.worker_id: now})
+            pipe.zadd(key, {self.worker_id: now})
             pipe.zremrangebyscore(key, "-inf", now - self.worker_ttl_s * 3)
         if self.janitor is not None:
             self.janitor.register(pipe)
         if self.broker is not None:
             pipe.zadd(f"{self.namespace}:__heartbeats__", {self.broker.broker_id: int(now * 1000)})
-            pipe.hset(brokers_key(self.namespace), self.toolkit.worker_id, self.broker.broker_id)
+            pipe.hset(brokers_key(self.namespace), self.worker_id, self.broker.broker_id)
         replies = pipe.execute()
         self._epoch = _text(replies[0])
         self._remembered = sorted(_text(name) for name in replies[names_at])
-        self.toolkit.switches.refresh(self.client)
+        self.registry.switches.refresh(self.client)
         self._beats += 1
         if self.broker is not None and self._beats % 5 == 0:
             for queue in self.queues:
@@ -145,9 +148,9 @@ class CatalogPublisher:
         """Remove this worker from every queue's live set and its error report (on shutdown)."""
         pipe = self.client.pipeline(transaction=False)
         for queue in self.queues:
-            pipe.zrem(workers_key(self.namespace, queue), self.toolkit.worker_id)
-        pipe.hdel(mcp_servers_key(self.namespace), self.toolkit.worker_id)
-        pipe.hdel(extension_errors_key(self.namespace), self.toolkit.worker_id)
+            pipe.zrem(workers_key(self.namespace, queue), self.worker_id)
+        pipe.hdel(mcp_servers_key(self.namespace), self.worker_id)
+        pipe.hdel(extension_errors_key(self.namespace), self.worker_id)
         pipe.execute()
 
     def start(self) -> None:

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from toolfleet.worker.pipeline.redaction import Redactor
+from toolfleet.worker.registry.redaction import Redactor
 
 __all__ = ["CALL_FIELDS", "call_scope", "configure_logging"]
 

@@ -26,11 +26,13 @@ from toolfleet.shared.settings import Settings
 from toolfleet.worker.messaging.actors import MessageHandler, declare_actors, post_rejection
 from toolfleet.worker.messaging.broker import fleet_middleware, make_broker
 from toolfleet.worker.messaging.slots import SlotJanitor
-from toolfleet.worker.pipeline.calls import Toolkit
+from toolfleet.worker.pipeline.calls import CallPipeline
 from toolfleet.worker.pipeline.cancels import CancelListener
 from toolfleet.worker.pipeline.ledger import Ledger
-from toolfleet.worker.pipeline.redaction import Redactor
+from toolfleet.worker.pipeline.observe import Observer
 from toolfleet.worker.registry.loader import load_all
+from toolfleet.worker.registry.redaction import Redactor
+from toolfleet.worker.registry.registry import Registry
 from toolfleet.worker.supervision import metrics
 from toolfleet.worker.supervision.health import remove_heartbeat, write_heartbeat
 from toolfleet.worker.supervision.heartbeat import CatalogPublisher
@@ -82,32 +84,26 @@ def main(argv: list[str] | None = None) -> int:
     _install_signal_handlers(stop)
     _watch_parent(stop)
 
-    toolkit = Toolkit(
-        worker_id=worker_id,
-        namespace=settings.namespace,
-        secrets_dir=settings.secrets_dir,
-        max_result_bytes=settings.max_result_bytes,
-    )
-    folders = settings.extension_folders()
+    registry = Registry(settings.namespace, secrets_dir=settings.secrets_dir, redactor=redactor)
     loaded, errors = load_all(
-        args.extension, folders=folders, entry_points_too=not args.no_entry_points
+        args.extension,
+        folders=settings.extension_folders(),
+        entry_points_too=not args.no_entry_points,
     )
-    toolkit.redactor = redactor
-    toolkit.errors.update(errors)
-    toolkit.add_extensions(loaded)
-    for source in toolkit.errors:
+    registry.errors.update(errors)
+    registry.add_extensions(loaded)
+    for source in registry.errors:
         metrics.EXTENSION_LOAD_ERRORS.labels(source).inc()
-    named = [spec for spec in args.extension if spec in toolkit.errors]
+    named = [spec for spec in args.extension if spec in registry.errors]
     if named:  # an extension named on the command line must load: refuse to start
         for spec in named:
-            log.error("--extension %s: %s", spec, toolkit.errors[spec])
+            log.error("--extension %s: %s", spec, registry.errors[spec])
         return EXIT_NOTHING_TO_SERVE
-    queues = toolkit.queues & set(args.queue) if args.queue else toolkit.queues
+    queues = registry.queues & set(args.queue) if args.queue else registry.queues
     if not queues:
         log.error("nothing to serve: no extension provides the queues %s", args.queue or "(any)")
         return EXIT_NOTHING_TO_SERVE
-    if toolkit.needs_processes:
-        toolkit.process_runner = _process_runner(args, settings, toolkit)
+    process_runner = _process_runner(args, registry) if registry.needs_processes else None
 
     factory = settings.redis_client  # each process calls it itself
     if not wait_until_reachable(redis_url, stop, factory=factory):  # Redis down
@@ -127,53 +123,57 @@ def main(argv: list[str] | None = None) -> int:
     ledger = Ledger(
         broker.client, settings.namespace, worker_id, settings.reply_ttl_s, settings.worker_ttl_s
     )
-    toolkit.emit = ledger.post_event
-    toolkit.gate = Gate(
-        broker.client,
-        settings.namespace,
-        on_change=breaker_event_poster(broker.client, settings.namespace, worker_id),
-        on_waited=ledger.postpone,
-    )
     slot = f"{socket.gethostname()}-{os.getppid()}-{args.index}"
-    toolkit.affinity_routes = {
-        q: affinity_queue_for(q, slot) for q in toolkit.affinity_queues & queues
-    }
-    routes = {private: public for public, private in toolkit.affinity_routes.items()}
-    declare_actors(
-        broker,
-        MessageHandler(toolkit, ledger, settings.max_arguments_bytes),
-        queues,
-        private=routes,
+    affinity_routes = {q: affinity_queue_for(q, slot) for q in registry.affinity_queues & queues}
+    pipeline = CallPipeline(
+        registry,
+        worker_id=worker_id,
+        process_runner=process_runner,
+        emit=ledger.post_event,
+        affinity_routes=affinity_routes,
+        max_result_bytes=settings.max_result_bytes,
+        max_arguments_bytes=settings.max_arguments_bytes,
+        gate=Gate(
+            broker.client,
+            settings.namespace,
+            on_change=breaker_event_poster(broker.client, settings.namespace, worker_id),
+            on_waited=ledger.postpone,
+        ),
     )
+    routes = {private: public for public, private in affinity_routes.items()}
+    handler = MessageHandler(pipeline, ledger, Observer(registry, worker_id))
+    declare_actors(broker, handler, queues, private=routes)
     broker.client.hset(brokers_key(settings.namespace), worker_id, broker.broker_id)
+    janitor = (
+        SlotJanitor(broker.client, settings.namespace, affinity_routes, settings.worker_ttl_s * 3)
+        if routes
+        else None
+    )
     publisher = CatalogPublisher(
         broker.client,
         settings.namespace,
-        toolkit,
+        registry,
+        worker_id,
         queues | set(routes),
         settings.heartbeat_interval_s,
         settings.worker_ttl_s,
         broker=broker,
-        janitor=SlotJanitor(
-            broker.client, settings.namespace, toolkit.affinity_routes, settings.worker_ttl_s * 3
-        )
-        if routes
-        else None,
+        janitor=janitor,
     )
-    cancels = CancelListener(redis_url, settings.namespace, toolkit, factory=factory)
+    cancels = CancelListener(redis_url, settings.namespace, pipeline, factory=factory)
     worker = dramatiq.Worker(broker, queues=queues | set(routes), worker_threads=args.threads)
     worker.start()
     publisher.start()
     cancels.start()
     log.info(
         "serving %d functions on %s with %d threads",
-        len(toolkit.served),
+        len(registry.served),
         sorted(queues),
         args.threads,
     )
     metrics.WORKER_UP.set(1)
     try:
-        code = _serve_until_stopped(stop, toolkit, settings)
+        code = _serve_until_stopped(stop, pipeline, settings)
         log.info("draining (grace %.1f s)", settings.shutdown_grace_s)
         publisher.stop()
         worker.stop(timeout=int(settings.shutdown_grace_s * 1000))
@@ -182,9 +182,8 @@ def main(argv: list[str] | None = None) -> int:
             broker.client.hdel(brokers_key(settings.namespace), worker_id)
         except redis.RedisError as exc:  # Redis gone at shutdown: its entry expires unread
             log.warning("could not unregister from Redis: %s", exc)
-        toolkit.close()  # MCP sessions, then the event loop
-        if toolkit.process_runner is not None:
-            toolkit.process_runner.close()
+        registry.close()  # MCP sessions, then the event loop and the tool processes
+        pipeline.close()
     finally:
         remove_heartbeat(settings.health_dir)
     return code
@@ -195,20 +194,20 @@ def main(argv: list[str] | None = None) -> int:
 MAX_LOOP_BLOCK_S = 10.0
 
 
-def _serve_until_stopped(stop: threading.Event, toolkit: Toolkit, settings: Settings) -> int:
+def _serve_until_stopped(stop: threading.Event, pipeline: CallPipeline, settings: Settings) -> int:
     """Watch the process's health each second; refresh the heartbeat file while healthy."""
     blocked_since: float | None = None
-    functions = len(toolkit.served)
+    functions = len(pipeline.registry.served)
     write_heartbeat(settings.health_dir, True, functions)
     while not stop.wait(1.0):
-        stuck = toolkit.runner.stuck_threads
+        stuck = pipeline.runner.stuck_threads
         metrics.STUCK_THREADS.set(stuck)
         if stuck > settings.max_stuck_threads:
             log.error(
                 "%d tool threads stuck (limit %d); draining", stuck, settings.max_stuck_threads
             )
             return EXIT_STUCK
-        if toolkit.runner.loop_lag_s(timeout_s=0.5) >= 0.5:
+        if pipeline.runner.loop_lag_s(timeout_s=0.5) >= 0.5:
             blocked_since = blocked_since or time.monotonic()
             if time.monotonic() - blocked_since > MAX_LOOP_BLOCK_S:
                 log.error("an async tool blocks the event loop; draining for a fresh process")
@@ -219,25 +218,17 @@ def _serve_until_stopped(stop: threading.Event, toolkit: Toolkit, settings: Sett
     return 0
 
 
-def _process_runner(
-    args: argparse.Namespace, settings: Settings, toolkit: Toolkit
-) -> ProcessRunner:
+def _process_runner(args: argparse.Namespace, registry: Registry) -> ProcessRunner:
+    """The tool child processes; they read the settings from the inherited environment."""
     from toolfleet.worker.isolation.process import ProcessRunner
 
     modules = {s.partition(":")[0] for s in args.extension}
-    for extension in toolkit.extensions.values():
+    for extension in registry.extensions.values():
         for tool in extension.tools:
             modules.add(getattr(tool, "__module__", None) or type(tool).__module__)
     runner = ProcessRunner(
         max_workers=args.threads,
-        init_args=(
-            list(args.extension),
-            [str(f) for f in settings.extension_folders()],
-            not args.no_entry_points,
-            str(settings.secrets_dir) if settings.secrets_dir else None,
-            settings.namespace,
-            args.log_level,
-        ),
+        init_args=(list(args.extension), not args.no_entry_points, args.log_level),
         preload=sorted(m for m in modules if m and not m.startswith("toolfleet.shared")),
     )
     runner.warm_up()
