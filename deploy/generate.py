@@ -33,9 +33,9 @@ from typing import Any
 
 import yaml
 
+from toolfleet.shared.extension import Extension
 from toolfleet.shared.naming import queue_msgs_key
 from toolfleet.shared.settings import Settings
-from toolfleet.shared.tool import Extension
 from toolfleet.worker.registry.loader import load_entry_points, load_spec
 
 __all__ = [

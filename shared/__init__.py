@@ -17,9 +17,10 @@ from toolfleet.shared.errors import (
     ToolTimeoutError,
     UnknownFunctionError,
 )
+from toolfleet.shared.extension import Extension
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.status import Status
-from toolfleet.shared.tool import Extension, ExtensionContext, Tool
+from toolfleet.shared.tool import ExtensionContext, Tool
 from toolfleet.shared.wire import CallContext, ToolCallRequest, ToolCallResult
 
 __all__ = [

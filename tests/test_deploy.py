@@ -27,9 +27,9 @@ from typing import Any
 import click
 import pytest
 
+from toolfleet.shared.extension import Extension
 from toolfleet.shared.naming import queue_msgs_key
 from toolfleet.shared.settings import Settings
-from toolfleet.shared.tool import Extension
 from toolfleet.worker.cli.main import cli
 from toolfleet.worker.registry.loader import load_all
 

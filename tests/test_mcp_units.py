@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from toolfleet.shared.errors import ConfigurationError, ExtensionToolError
+from toolfleet.shared.extension import Extension
 from toolfleet.shared.manifest import read_manifest
 from toolfleet.shared.mcp_config import McpServerConfig, expand_settings
-from toolfleet.shared.tool import Extension
 from toolfleet.shared.wire import Status, ToolCallRequest
 
 types = pytest.importorskip("mcp_types", reason="the MCP SDK (toolfleet[mcp]) is not installed")

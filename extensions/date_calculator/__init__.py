@@ -8,8 +8,8 @@ a switch (``ext_date_calculator_logging``), and class-protocol tools.
 from pathlib import Path
 
 from toolfleet.extensions.date_calculator.tools import AddDays, ConvertTimezone, DaysBetween, Now
+from toolfleet.shared.extension import Extension
 from toolfleet.shared.manifest import read_manifest
-from toolfleet.shared.tool import Extension
 
 __all__ = ["extension"]
 

@@ -63,7 +63,7 @@ from toolfleet.extensions.python.tool import (
     RunOutput,
     describe,
 )
-from toolfleet.shared.tool import Extension
+from toolfleet.shared.extension import Extension
 
 __all__ = ["PythonToolConfig", "Run", "RunArguments", "RunOutput", "extension", "make_extension"]
 

@@ -22,9 +22,9 @@ import mcp_types as types
 from pydantic import BaseModel, SecretStr
 
 from toolfleet.shared.errors import ConfigurationError
+from toolfleet.shared.extension import Extension
 from toolfleet.shared.mcp_config import McpServerConfig, expand_settings
 from toolfleet.shared.spec import ToolSpec
-from toolfleet.shared.tool import Extension
 from toolfleet.worker.mcp import launch
 from toolfleet.worker.mcp.connection import HttpTarget, McpConnection, StdioTarget, Target
 from toolfleet.worker.mcp.tools import result_value, tool_specs

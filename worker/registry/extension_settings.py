@@ -15,9 +15,9 @@ from pydantic import AliasChoices, BaseModel, Field, SecretStr, ValidationError,
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from toolfleet.shared.errors import ConfigurationError
+from toolfleet.shared.extension import Extension
 from toolfleet.shared.manifest import SETTING_TYPES, SettingSpec
 from toolfleet.shared.naming import sanitize_slug
-from toolfleet.shared.tool import Extension
 
 __all__ = ["env_name", "load_settings", "secret_values"]
 

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from toolfleet.shared.errors import ConfigurationError
+from toolfleet.shared.extension import Extension
 from toolfleet.shared.manifest import Manifest, find_manifest, read_manifest
 from toolfleet.shared.ragflow import install_import_alias
 from toolfleet.shared.spec import specs_from
-from toolfleet.shared.tool import Extension
 
 __all__ = [
     "ENTRY_POINT_GROUP",

@@ -20,9 +20,10 @@ from pydantic import BaseModel
 
 from toolfleet.shared.catalog import CatalogEntry
 from toolfleet.shared.errors import ConfigurationError
+from toolfleet.shared.extension import Extension
 from toolfleet.shared.naming import function_names
 from toolfleet.shared.spec import ToolSpec
-from toolfleet.shared.tool import Extension, ExtensionContext
+from toolfleet.shared.tool import ExtensionContext
 from toolfleet.worker.registry.extension_settings import load_settings, secret_values
 from toolfleet.worker.registry.redaction import Redactor
 from toolfleet.worker.registry.served_tool import ServedTool

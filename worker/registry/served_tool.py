@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from pydantic import BaseModel
 
 from toolfleet.shared.catalog import CatalogEntry
+from toolfleet.shared.extension import Extension
 from toolfleet.shared.manifest import RetryPolicy
 from toolfleet.shared.spec import ToolSpec
 from toolfleet.shared.tenancy.breakers import BreakerPolicy
-from toolfleet.shared.tool import Extension
 
 __all__ = ["ServedTool"]
 
