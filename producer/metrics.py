@@ -12,7 +12,7 @@ import weakref
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-__all__ = ["CALL_DURATION", "LATE_REPLIES", "REGISTRY", "register"]
+__all__ = ["CALL_DURATION", "LATE_REPLIES", "REFUSED", "REGISTRY", "register"]
 
 #: The producer's registry (separate from the host application's default one).
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -50,6 +50,19 @@ LATE_REPLIES = Counter(
 )
 
 
+#: Labels: the function (bounded by the catalog) and the reason (``in_flight``, ``per_s``,
+#: ``breaker``); never the account, whose number has no bound (``toolfleet limits list``
+#: and the events name accounts).
+REFUSED = Counter(
+    "toolfleet_client_refused",
+    "Calls refused at publish by an account quota or an open breaker (nothing published).",
+    ["function", "reason"],
+    registry=REGISTRY,
+)
+
+_ALL = (CALL_DURATION, LATE_REPLIES, REFUSED)
+
+
 def register(registry: CollectorRegistry = REGISTRY) -> None:
     """Add the producer's metrics to ``registry`` too (the host application's, say).
 
@@ -64,10 +77,13 @@ def register(registry: CollectorRegistry = REGISTRY) -> None:
     """
     if registry in _HOLDING:
         return
-    registry.register(CALL_DURATION)
+    done = []
     try:
-        registry.register(LATE_REPLIES)
+        for collector in _ALL:
+            registry.register(collector)
+            done.append(collector)
     except ValueError:
-        registry.unregister(CALL_DURATION)  # all or nothing
+        for collector in done:  # all or nothing
+            registry.unregister(collector)
         raise
     _HOLDING.add(registry)

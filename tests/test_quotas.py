@@ -12,7 +12,7 @@ from typing import Any
 import redis
 
 from conftest import Fleet, toolfleet_command
-from toolfleet.producer import ToolClient
+from toolfleet.producer import ToolClient, metrics
 from toolfleet.shared.errors import RejectedError
 from toolfleet.shared.naming import outcome_key
 from toolfleet.shared.tenancy.quotas import Quota, limits_key
@@ -24,7 +24,7 @@ SLEEP = "ext_fleet_test_sleep"
 _PRODUCER = textwrap.dedent(
     """
     import json, sys, time
-    from toolfleet.producer import ToolClient
+    from toolfleet.producer import ToolClient, metrics
     url, ns, account, count, seconds, start = sys.argv[1:7]
     with ToolClient(url, namespace=ns) as client:
         client.tools()
@@ -58,6 +58,11 @@ def _both_producers(fleet: Fleet, account: str, count: int, seconds: float) -> l
     out, _ = other.communicate(timeout=60)
     assert other.returncode == 0
     return mine + json.loads(out)
+
+
+def _refused_count() -> float:
+    labels = {"function": SLEEP, "reason": "in_flight"}
+    return metrics.REGISTRY.get_sample_value("toolfleet_client_refused_total", labels) or 0.0
 
 
 def _set(fleet: Fleet, scope: str, quota: Quota) -> None:
@@ -108,8 +113,10 @@ def test_an_account_over_its_quota_does_not_affect_others(fleet: Fleet, client: 
     _set(fleet, "tenant-busy", Quota(in_flight=1))
     held = client.submit(SLEEP, {"seconds": 0.8}, context={"account": "tenant-busy"})
     time.sleep(0.2)
+    before = _refused_count()
     over = client.call(SLEEP, {"seconds": 0.01}, context={"account": "tenant-busy"})
     assert over.status == Status.REJECTED
+    assert _refused_count() == before + 1  # counted by function and reason, not account
     other = client.call(SLEEP, {"seconds": 0.01}, context={"account": "tenant-calm"})
     assert other.status == Status.OK
     anonymous = client.call(SLEEP, {"seconds": 0.01})

@@ -23,6 +23,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from toolfleet.producer import metrics
 from toolfleet.producer._core.calls import (
     REDIS_FAILURES,
     Refusal,
@@ -182,7 +183,8 @@ class ProducerCore:
         """
         if outcome is None:
             return
-        if isinstance(outcome, Refused):  # over a quota: nothing was published
+        if isinstance(outcome, Refused):  # over a quota or breaker open: nothing published
+            metrics.REFUSED.labels(request.function, outcome.reason).inc()
             self.table.answer(request.id, outcome.result(request))
             return
         refusal = publish_refusal(outcome)

@@ -143,13 +143,18 @@ class Refused:
     Attributes:
         message: why, in words a model can act on.
         retry_after_s: seconds after which the call may succeed.
-        breaker: refused by the tool's open breaker (``not_available``), not a quota
-            (``rejected``).
+        reason: ``in_flight`` or ``per_s`` (a quota: ``rejected``), or ``breaker`` (the
+            tool's open breaker: ``not_available``).
     """
 
     message: str
     retry_after_s: float
-    breaker: bool = False
+    reason: str = "in_flight"
+
+    @property
+    def breaker(self) -> bool:
+        """Whether the tool's open breaker refused it (not a quota)."""
+        return self.reason == "breaker"
 
     def result(self, request: ToolCallRequest) -> ToolCallResult:
         """The producer's own ``rejected`` answer to ``request`` (with ``retry_after_s``)."""
@@ -228,14 +233,14 @@ def refused(reply: Any) -> Refused | None:
     reason, scope, limit, wait_ms = (_text(part) for part in reply)
     retry_after = max(math.ceil(float(wait_ms)) / 1000, 0.001)
     if reason == "breaker":
-        return Refused("the tool's circuit breaker is open", retry_after, breaker=True)
+        return Refused("the tool's circuit breaker is open", retry_after, "breaker")
     account, _, function = scope.partition("/")
     who = f"account {account!r}" + (f" calling {function}" if function else "")
     if reason == "in_flight":
         what = f"{who} has {limit} calls in flight, its limit"
     else:
         what = f"{who} is over its limit of {float(limit):g} calls per second"
-    return Refused(what, retry_after)
+    return Refused(what, retry_after, reason)
 
 
 def _text(value: Any) -> str:
