@@ -135,7 +135,10 @@ def test_calls_the_producer_resolved_get_no_worker_reply_and_late_pickups_are_ex
         assert queued.result().status is Status.TIMEOUT
         assert all(f.result().status is Status.OK for f in busy)
         stuck = [client.submit("ext_promise_wait", {}, timeout_s=1) for _ in range(8)]
-        assert {f.result().status for f in stuck} == {Status.TIMEOUT}
+        # timeout, or the worker's own expired where it picked one up past the deadline
+        # just before the producer's marker: then the producer delivers that recorded
+        # outcome instead (its reply is no late reply)
+        assert {f.result().status for f in stuck} <= {Status.TIMEOUT, Status.EXPIRED}
         time.sleep(2.0)
         # Then no worker reply arrived after the producer resolved them
         assert client.late_replies == 0
