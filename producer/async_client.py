@@ -63,18 +63,12 @@ class AsyncToolClient(ClientBase):
     fork- nor loop-aware) and raises :class:`ClientError` in the child: build it there.
     """
 
-    def __init__(
-        self,
-        redis_url: str | None = None,
-        *,
-        namespace: str | None = None,
-        settings: Settings | None = None,
-        redis_client: redis.asyncio.Redis | None = None,
-        connection_pool: redis.asyncio.ConnectionPool | None = None,
-        max_in_flight: int = 10_000,
-        submit_timeout_s: float = 30.0,
-        registry: CollectorRegistry | None = None,
-    ) -> None:
+    def __init__(self, redis_url: str | None = None, *, namespace: str | None = None,
+                 settings: Settings | None = None,
+                 redis_client: redis.asyncio.Redis | None = None,
+                 connection_pool: redis.asyncio.ConnectionPool | None = None,
+                 max_in_flight: int = 10_000, submit_timeout_s: float = 30.0,
+                 registry: CollectorRegistry | None = None) -> None:  # fmt: skip
         super().__init__(redis_url, namespace, settings, redis_client, connection_pool,
                          max_in_flight, submit_timeout_s, asyncio=True,
                          registry=registry)  # fmt: skip
@@ -125,15 +119,9 @@ class AsyncToolClient(ClientBase):
                                             socket_connect_timeout=self.settings.redis_timeout_s,
                                             **tcp_options(self.redis_url))  # fmt: skip
 
-    async def submit(
-        self,
-        function: str,
-        arguments: Arguments = None,
-        *,
-        tool_call_id: str | None = None,
-        context: CallContext | dict[str, Any] | None = None,
-        timeout_s: float = 30.0,
-    ) -> AsyncCallFuture:
+    async def submit(self, function: str, arguments: Arguments = None, *,
+               tool_call_id: str | None = None, context: CallContext | dict[str, Any] | None = None,
+               timeout_s: float = 30.0) -> AsyncCallFuture:  # fmt: skip
         """Publish one tool call (see ``ToolClient.submit``); waits for a slot without blocking.
 
         Returns:
@@ -151,14 +139,10 @@ class AsyncToolClient(ClientBase):
         """Make one call and await its result (see :meth:`submit`); canceling cancels it."""
         return await (await self.submit(function, arguments, **options))
 
-    async def dispatch(
-        self,
-        tool_calls: Any,
-        *,
-        context: CallContext | dict[str, Any] | None = None,
-        timeout_s: float = 30.0,
-        on_event: Callable[[CallEvent], object] | None = None,
-    ) -> list[dict[str, Any]]:
+    async def dispatch(self, tool_calls: Any, *,
+                       context: CallContext | dict[str, Any] | None = None, timeout_s: float = 30.0,
+                       on_event: Callable[[CallEvent], object] | None = None,
+                       ) -> list[dict[str, Any]]:  # fmt: skip
         """Run every tool call of one model turn (see ``ToolClient.dispatch``).
 
         ``on_event`` may be a coroutine function (awaited before the next event).

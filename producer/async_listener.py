@@ -43,13 +43,8 @@ class AsyncReplyListener:
     A call resolved here (its deadline, a cancel) gets its ``RESOLVED`` marker first,
     written on ``commands`` within :data:`~toolfleet.producer.listener.MARK_WAIT_S`.
 
-    Args:
-        connect: makes the listener's own connection (a single-connection client).
-        key: the reply list.
-        table: the client's pending calls.
-        commands: the client's command connection.
-        namespace: key prefix.
-        ttl_s: seconds a marker is kept.
+    Arguments as for :class:`~toolfleet.producer.listener.ReplyListener`, with
+    ``redis.asyncio`` clients (``connect`` makes one of a single connection).
     """
 
     def __init__(

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from toolfleet.producer.catalog import Catalog
 from toolfleet.shared.errors import BackpressureError
@@ -32,42 +34,42 @@ def backpressure_error(max_in_flight: int, waited_s: float) -> BackpressureError
     )
 
 
-class InFlightLimit:
-    """At most ``limit`` calls in flight (thread-safe).
+class _Limit:
+    """At most ``limit`` calls in flight; a slot is a semaphore's (made by ``semaphore``).
 
     Args:
         limit: the cap, calls (>= 1).
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, semaphore: Callable[[int], Any]) -> None:
         if limit < 1:
             raise ValueError("max_in_flight must be >= 1")
         self.limit = limit
-        self._slots = threading.Semaphore(limit)
-
-    def acquire(self, timeout_s: float | None = None) -> bool:
-        """Take a slot, blocking up to ``timeout_s`` seconds (``None``: don't block)."""
-        if timeout_s is None:
-            return self._slots.acquire(blocking=False)
-        return self._slots.acquire(timeout=max(0.0, timeout_s))
+        self._slots = semaphore(limit)
 
     def release(self, *_: object) -> None:
         """Give a slot back (usable as a future's done callback)."""
         self._slots.release()
 
 
-class AsyncInFlightLimit:
-    """At most ``limit`` calls in flight (one event loop).
-
-    Args:
-        limit: the cap, calls (>= 1).
-    """
+class InFlightLimit(_Limit):
+    """At most ``limit`` calls in flight (thread-safe); ``limit``: the cap, calls (>= 1)."""
 
     def __init__(self, limit: int) -> None:
-        if limit < 1:
-            raise ValueError("max_in_flight must be >= 1")
-        self.limit = limit
-        self._slots = asyncio.Semaphore(limit)
+        super().__init__(limit, threading.Semaphore)
+
+    def acquire(self, timeout_s: float | None = None) -> bool:
+        """Take a slot, blocking up to ``timeout_s`` seconds (``None``: don't block)."""
+        if timeout_s is None:
+            return bool(self._slots.acquire(blocking=False))
+        return bool(self._slots.acquire(timeout=max(0.0, timeout_s)))
+
+
+class AsyncInFlightLimit(_Limit):
+    """At most ``limit`` calls in flight (one event loop); ``limit``: the cap, calls (>= 1)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit, asyncio.Semaphore)
 
     async def acquire(self, timeout_s: float | None = None) -> bool:
         """Take a slot, waiting up to ``timeout_s`` seconds (``None``: don't wait)."""
@@ -83,10 +85,6 @@ class AsyncInFlightLimit:
         except TimeoutError:
             return False
         return True
-
-    def release(self, *_: object) -> None:
-        """Give a slot back (usable as a future's done callback)."""
-        self._slots.release()
 
 
 class QueueLengths:

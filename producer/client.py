@@ -82,18 +82,11 @@ class ToolClient(ClientBase):
             a ``registry`` holding another metric of the same name.
     """
 
-    def __init__(
-        self,
-        redis_url: str | None = None,
-        *,
-        namespace: str | None = None,
-        settings: Settings | None = None,
-        redis_client: redis.Redis | None = None,
-        connection_pool: redis.ConnectionPool | None = None,
-        max_in_flight: int = 10_000,
-        submit_timeout_s: float = 30.0,
-        registry: CollectorRegistry | None = None,
-    ) -> None:
+    def __init__(self, redis_url: str | None = None, *, namespace: str | None = None,
+                 settings: Settings | None = None, redis_client: redis.Redis | None = None,
+                 connection_pool: redis.ConnectionPool | None = None, max_in_flight: int = 10_000,
+                 submit_timeout_s: float = 30.0, registry: CollectorRegistry | None = None,
+                 ) -> None:  # fmt: skip
         super().__init__(redis_url, namespace, settings, redis_client, connection_pool,
                          max_in_flight, submit_timeout_s, asyncio=False,
                          registry=registry)  # fmt: skip
@@ -145,15 +138,9 @@ class ToolClient(ClientBase):
 
     # -- calls -----------------------------------------------------------------------------
 
-    def submit(
-        self,
-        function: str,
-        arguments: Arguments = None,
-        *,
-        tool_call_id: str | None = None,
-        context: CallContext | dict[str, Any] | None = None,
-        timeout_s: float = 30.0,
-    ) -> CallFuture:
+    def submit(self, function: str, arguments: Arguments = None, *,
+               tool_call_id: str | None = None, context: CallContext | dict[str, Any] | None = None,
+               timeout_s: float = 30.0) -> CallFuture:  # fmt: skip
         """Publish one call; its :class:`CallFuture` resolves by ``timeout_s`` at the latest.
 
         ``function``: e.g. ``ext_bfcl_math_factorial``; ``arguments``: a JSON object or the
@@ -176,14 +163,9 @@ class ToolClient(ClientBase):
         """Make one tool call and wait for its result (same arguments and errors as ``submit``)."""
         return self.submit(function, arguments, **options).result()
 
-    def dispatch(
-        self,
-        tool_calls: Any,
-        *,
-        context: CallContext | dict[str, Any] | None = None,
-        timeout_s: float = 30.0,
-        on_event: Callable[[CallEvent], object] | None = None,
-    ) -> list[dict[str, Any]]:
+    def dispatch(self, tool_calls: Any, *, context: CallContext | dict[str, Any] | None = None,
+                 timeout_s: float = 30.0, on_event: Callable[[CallEvent], object] | None = None,
+                 ) -> list[dict[str, Any]]:  # fmt: skip
         """Run every tool call of one model turn; return the answers to append, in order.
 
         ``tool_calls``: a Chat Completions, Responses or Anthropic message, its calls or
