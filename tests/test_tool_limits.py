@@ -147,3 +147,26 @@ def test_a_failing_tool_opens_its_breaker_then_a_probe_closes_it(
     assert r.hget(breaker_key(ns, FLAKY), "state") == b"closed"
     assert tc.call(FLAKY, {"seconds": 0.0}).status == Status.OK
     assert int(r.get(runs_key)) == 7
+
+
+def test_a_worker_refuses_a_published_call_once_the_breaker_opened(
+    tc: ToolClient, r: redis.Redis, limits_fleet: Fleet
+) -> None:
+    """A call published before its breaker opened is answered not_available by the worker, unrun."""
+    ns = limits_fleet.namespace
+    runs_key = record_key(ns, "flaky_runs")
+    r.delete(runs_key, breaker_key(ns, FLAKY), record_key(ns, "flaky_fail"))
+    # Given every worker thread (2 x 8) busy for a while and a call of FLAKY queued behind
+    busy = [tc.submit("ext_fleet_test_sleep", {"seconds": 0.9}) for _ in range(16)]
+    queued = tc.submit(FLAKY, {"seconds": 0.0})  # published (submit publishes before returning)
+    # When its breaker opens before a worker takes it
+    until_ms = int((time.time() + 5) * 1000)
+    r.hset(breaker_key(ns, FLAKY), mapping={"state": "open", "until": until_ms})
+    result = queued.result()
+    # Then the worker answers it at once without running it
+    assert result.status == Status.NOT_AVAILABLE, result.content
+    assert 0 < result.content["retry_after_s"] <= 5
+    assert result.worker  # answered by a worker, not the producer
+    assert r.get(runs_key) is None
+    assert all(f.result().status == Status.OK for f in busy)
+    r.delete(breaker_key(ns, FLAKY))

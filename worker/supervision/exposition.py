@@ -27,6 +27,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 
 from toolfleet.shared import codec
 from toolfleet.shared.naming import catalog_key, workers_key
+from toolfleet.shared.tenancy.lanes import LANES, lane_keys, uses_lanes
 from toolfleet.worker.supervision.health import HealthReport
 from toolfleet.worker.supervision.redis_factory import redis_client
 
@@ -105,11 +106,13 @@ def mark_dead(pid: int, directory: Path) -> None:
 class QueueCollector:
     """Collects queue depth, dead letters and live workers per queue from Redis.
 
-    Metrics ``toolfleet_queue_depth``, ``toolfleet_dead_letters`` and
-    ``toolfleet_queue_workers``, read at scrape time.
+    Metrics ``toolfleet_queue_depth``, ``toolfleet_dead_letters``,
+    ``toolfleet_queue_workers`` and ``toolfleet_queue_lane_depth``, read at scrape time.
 
     Depth counts Dramatiq's ``<ns>:<queue>.msgs`` hash: pending, prefetched and running
-    messages (what KEDA scales on). Queues are those of the catalog.
+    messages (what KEDA scales on). Lane depth counts the calls waiting in each of a
+    queue's account lanes (:mod:`toolfleet.shared.tenancy.lanes`; at most ``LANES``
+    series per queue). Queues are those of the catalog.
     """
 
     def __init__(
@@ -141,6 +144,11 @@ class QueueCollector:
         dead = GaugeMetricFamily(
             "toolfleet_dead_letters", "Dead-lettered messages of a queue.", labels=["queue"]
         )
+        lanes = GaugeMetricFamily(
+            "toolfleet_queue_lane_depth",
+            "Calls waiting in one account lane of a queue (accounts hash into 16 lanes).",
+            labels=["queue", "lane"],
+        )
         try:
             queues = sorted(
                 {
@@ -154,6 +162,9 @@ class QueueCollector:
                 pipe.hlen(f"{self.namespace}:{queue}.msgs")
                 pipe.zcard(f"{self.namespace}:{queue}.XQ")
                 pipe.zcount(workers_key(self.namespace, queue), since, "+inf")
+            for queue in queues:
+                for key in lane_keys(self.namespace, queue):
+                    pipe.llen(key)
             values = pipe.execute()
         except (redis.RedisError, codec.DecodeError) as exc:
             log.warning("queue depth unavailable: %s", exc)
@@ -162,9 +173,15 @@ class QueueCollector:
             depth.add_metric([queue], values[3 * i])
             dead.add_metric([queue], values[3 * i + 1])
             workers.add_metric([queue], values[3 * i + 2])
+        for i, queue in enumerate(queues):
+            start = 3 * len(queues) + LANES * i
+            for lane, waiting in enumerate(values[start : start + LANES]):
+                if uses_lanes(queue):
+                    lanes.add_metric([queue, str(lane)], waiting)
         yield depth
         yield dead
         yield workers
+        yield lanes
 
 
 #: Paths of the probes, meaning ``toolfleet health --live`` and ``--ready``.
