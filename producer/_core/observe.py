@@ -32,3 +32,14 @@ def count_late_reply() -> None:
     from toolfleet.producer import metrics
 
     metrics.LATE_REPLIES.inc()
+
+
+def count_refused(function: str, reason: str) -> None:
+    """Count a call refused at publish (``toolfleet_client_refused_total``).
+
+    Labelled by function and reason (``in_flight``, ``per_s``, ``breaker``), never by
+    account: the catalog bounds functions; nothing bounds accounts.
+    """
+    from toolfleet.producer import metrics
+
+    metrics.REFUSED.labels(function, reason).inc()

@@ -23,7 +23,6 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from toolfleet.producer import metrics
 from toolfleet.producer._core.calls import (
     REDIS_FAILURES,
     Refusal,
@@ -36,6 +35,7 @@ from toolfleet.producer._core.calls import (
 )
 from toolfleet.producer._core.config import ClientConfig, Identity
 from toolfleet.producer._core.listing import tool_list
+from toolfleet.producer._core.observe import count_refused
 from toolfleet.producer._core.pending import PendingTable, ResultFuture, settle
 from toolfleet.producer._redis import connection_failed
 from toolfleet.producer.affinity import Routes, learn_route
@@ -184,7 +184,7 @@ class ProducerCore:
         if outcome is None:
             return
         if isinstance(outcome, Refused):  # over a quota or breaker open: nothing published
-            metrics.REFUSED.labels(request.function, outcome.reason).inc()
+            count_refused(request.function, outcome.reason)
             self.table.answer(request.id, outcome.result(request))
             return
         refusal = publish_refusal(outcome)
