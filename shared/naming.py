@@ -33,8 +33,12 @@ from typing import Any
 __all__ = [
     "FUNCTION_NAME_RE",
     "MAX_FUNCTION_NAME",
+    "acks_key",
     "actor_name_for",
     "affinity_queue_for",
+    "all_keys_pattern",
+    "breaker_key",
+    "broker_heartbeats_key",
     "brokers_key",
     "cancel_channel",
     "cancel_key",
@@ -42,6 +46,8 @@ __all__ = [
     "catalog_key",
     "catalog_recovering_key",
     "claim_key",
+    "concurrency_key",
+    "dead_letters_key",
     "default_queue_for",
     "events_key",
     "extension_errors_key",
@@ -51,11 +57,17 @@ __all__ = [
     "function_names",
     "inflight_key",
     "is_extension_function",
+    "lane_key",
+    "lanes_cursor_key",
+    "limits_key",
     "mcp_servers_key",
     "outcome_key",
+    "queue_key",
     "queue_msgs_key",
+    "quota_key",
     "reply_key",
     "sanitize_slug",
+    "slot_lock_key",
     "slots_key",
     "switches_key",
     "tool_name_for",
@@ -290,3 +302,72 @@ def mcp_servers_key(namespace: str) -> str:
 def inflight_key(namespace: str, worker_id: str) -> str:
     """Hash of the calls running in worker process ``worker_id`` (call id -> record)."""
     return f"{namespace}:inflight:{worker_id}"
+
+
+# -- Dramatiq's own keys (its Redis broker's layout, which toolfleet reads and writes) ------
+
+
+def queue_key(namespace: str, queue: str) -> str:
+    """Dramatiq's list of the message ids waiting on ``queue``."""
+    return f"{namespace}:{queue}"
+
+
+def dead_letters_key(namespace: str, queue: str) -> str:
+    """Dramatiq's sorted set of ``queue``'s dead-lettered message ids (its ``.XQ``)."""
+    return f"{namespace}:{queue}.XQ"
+
+
+def broker_heartbeats_key(namespace: str) -> str:
+    """Dramatiq's sorted set of broker ids by their last heartbeat (epoch milliseconds)."""
+    return f"{namespace}:__heartbeats__"
+
+
+def acks_key(namespace: str, broker_id: str, queue: str) -> str:
+    """Dramatiq's set of the ids broker ``broker_id`` fetched from ``queue`` and not yet acked.
+
+    With ``queue=""`` it is the prefix of every such set of that broker.
+    """
+    return f"{namespace}:__acks__.{broker_id}.{queue}"
+
+
+def all_keys_pattern(namespace: str) -> str:
+    """The ``SCAN MATCH`` pattern of every key under ``namespace``."""
+    return f"{namespace}:*"
+
+
+# -- session affinity and tenancy -------------------------------------------------------------
+
+
+def slot_lock_key(namespace: str, slot: str) -> str:
+    """The lock one worker holds while it hands back the calls of a gone ``slot``."""
+    return f"{namespace}:slots:lock:{slot}"
+
+
+def lane_key(namespace: str, queue: str, lane: int) -> str:
+    """The Redis list of lane ``lane`` (0 to ``LANES - 1``) of ``queue``."""
+    return f"{namespace}:{queue}.lane.{lane}"
+
+
+def lanes_cursor_key(namespace: str, queue: str) -> str:
+    """The round-robin cursor of ``queue``'s lanes (the next lane the fetch looks at)."""
+    return f"{namespace}:{queue}.lanes.next"
+
+
+def limits_key(namespace: str) -> str:
+    """The hash of quotas: scope -> JSON quota."""
+    return f"{namespace}:limits"
+
+
+def quota_key(namespace: str, scope: str) -> str:
+    """The usage counters of one quota scope (with ``scope=""``: the prefix of them all)."""
+    return f"{namespace}:quota:{scope}"
+
+
+def breaker_key(namespace: str, function: str) -> str:
+    """The hash holding ``function``'s breaker state."""
+    return f"{namespace}:breaker:{function}"
+
+
+def concurrency_key(namespace: str, function: str) -> str:
+    """The sorted set of ``function``'s held slots (holder -> lease end, epoch ms)."""
+    return f"{namespace}:concurrency:{function}"

@@ -199,3 +199,55 @@ def test_imports_run_one_way_between_the_parts() -> None:
                 continue  # worker's own sub-packages, checked above where they are leaves
             wrong.append(f"{module} imports {target}")
     assert wrong == []
+
+
+# --- every Redis key is named in shared/naming.py --------------------------------------------
+
+
+def _names_a_namespace(expression: ast.expr) -> bool:
+    text = ast.unparse(expression)
+    return text.rpartition(".")[2] in ("namespace", "ns")
+
+
+def _key_shaped(node: ast.AST) -> bool:
+    """An f-string or a ``+`` that glues ``:...`` to a namespace: a Redis key built inline."""
+    if isinstance(node, ast.JoinedStr):
+        parts = node.values
+        return any(
+            isinstance(value, ast.FormattedValue)
+            and _names_a_namespace(value.value)
+            and isinstance(after, ast.Constant)
+            and str(after.value).startswith(":")
+            for value, after in zip(parts, parts[1:], strict=False)
+        )
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return (
+            _names_a_namespace(node.left)
+            and isinstance(node.right, ast.Constant)
+            and str(node.right.value).startswith(":")
+        )
+    return False
+
+
+def _inline_keys(source: str) -> list[str]:
+    return [ast.unparse(n) for n in ast.walk(ast.parse(source)) if _key_shaped(n)]
+
+
+def test_the_key_finder_finds_inline_keys() -> None:
+    """f-strings and concatenations that build a key under a namespace are found; others not."""
+    found = _inline_keys(
+        'a = f"{namespace}:reply:{cid}"\nb = f"{self.namespace}:{q}.msgs"\n'
+        'c = ns + ":x"\nd = f"{name}: {value}"\ne = f"{namespace}"\n'
+    )
+    assert found == ["f'{namespace}:reply:{cid}'", "f'{self.namespace}:{q}.msgs'", "ns + ':x'"]
+
+
+def test_no_redis_key_is_built_outside_shared_naming() -> None:
+    """Every Redis key name comes from a function of toolfleet.shared.naming."""
+    inline = {
+        str(path.relative_to(ROOT)): keys
+        for path in MODULES.values()
+        if path != ROOT / "shared" / "naming.py"
+        and (keys := _inline_keys(path.read_text(encoding="utf-8")))
+    }
+    assert inline == {}

@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from toolfleet.shared.naming import breaker_key
+
 __all__ = ["BreakerPolicy", "FailureStatus", "breaker_key", "unavailable_content"]
 
 #: The statuses a breaker may count as failures.
@@ -40,11 +42,6 @@ class BreakerPolicy(BaseModel):
     window_s: float = Field(default=60.0, gt=0)
     cooldown_s: float = Field(default=30.0, gt=0)
     on: list[FailureStatus] = Field(default_factory=lambda: list(DEFAULT_FAILURES))
-
-
-def breaker_key(namespace: str, function: str) -> str:
-    """The hash holding ``function``'s breaker state."""
-    return f"{namespace}:breaker:{function}"
 
 
 def unavailable_content(function: str, retry_after: float) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from toolfleet.shared.naming import queue_msgs_key
+from toolfleet.shared.naming import outcome_key, queue_key, queue_msgs_key, quota_key
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.tenancy.breakers import breaker_key, unavailable_content
 from toolfleet.shared.tenancy.lanes import TOKEN, lane_key, shard_for, uses_lanes
@@ -203,7 +203,7 @@ def enqueue_call(
         now: the current Unix epoch time, seconds.
     """
     keys = [
-        f"{namespace}:{queue}",
+        queue_key(namespace, queue),
         queue_msgs_key(namespace, queue),
         limits_key(namespace),
         breaker_key(namespace, function),
@@ -216,8 +216,8 @@ def enqueue_call(
         int(now * 1000),
         int(deadline * 1000),
         call_id,
-        f"{namespace}:quota:",
-        f"{namespace}:outcome:",
+        quota_key(namespace, ""),
+        outcome_key(namespace, ""),
         defaults.in_flight or 0,
         defaults.per_s or 0,
         defaults.burst or 0,

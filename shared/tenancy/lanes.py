@@ -30,7 +30,17 @@ from __future__ import annotations
 
 import hashlib
 
-__all__ = ["LANES", "TOKEN", "cursor_key", "lane_key", "lane_keys", "shard_for", "uses_lanes"]
+from toolfleet.shared.naming import lane_key, lanes_cursor_key
+
+__all__ = [
+    "LANES",
+    "TOKEN",
+    "lane_key",
+    "lane_keys",
+    "lanes_cursor_key",
+    "shard_for",
+    "uses_lanes",
+]
 
 #: Lanes per queue. Producer and worker must agree (the fetch scans this many).
 LANES = 16
@@ -39,19 +49,9 @@ LANES = 16
 TOKEN = "*"
 
 
-def lane_key(namespace: str, queue: str, lane: int) -> str:
-    """The Redis list of lane ``lane`` (0 to ``LANES - 1``) of ``queue``."""
-    return f"{namespace}:{queue}.lane.{lane}"
-
-
 def lane_keys(namespace: str, queue: str) -> list[str]:
     """Every lane list of ``queue``, lane 0 first."""
     return [lane_key(namespace, queue, lane) for lane in range(LANES)]
-
-
-def cursor_key(namespace: str, queue: str) -> str:
-    """The round-robin cursor of ``queue``'s lanes (the next lane the fetch looks at)."""
-    return f"{namespace}:{queue}.lanes.next"
 
 
 def shard_for(account: str | None) -> tuple[int, int]:

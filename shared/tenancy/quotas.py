@@ -32,6 +32,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from toolfleet.shared.naming import limits_key
+
 __all__ = [
     "DEFAULT_SCOPE",
     "Quota",
@@ -62,11 +64,6 @@ class Quota(BaseModel):
     per_s: float | None = Field(default=None, gt=0)
     burst: int | None = Field(default=None, ge=1)
     weight: float | None = Field(default=None, gt=0)
-
-
-def limits_key(namespace: str) -> str:
-    """The hash of quotas: scope -> JSON :class:`Quota`."""
-    return f"{namespace}:limits"
 
 
 def quota_scopes(account: str | None, function: str) -> list[str]:

@@ -24,7 +24,7 @@ from rich.table import Table
 
 from toolfleet.shared import codec
 from toolfleet.shared.export import FORMATS
-from toolfleet.shared.naming import default_queue_for
+from toolfleet.shared.naming import all_keys_pattern, default_queue_for
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.urls import redacted_url
 from toolfleet.shared.wire import Status, ToolCallResult
@@ -286,11 +286,13 @@ def _print_report(report: ReplayReport) -> None:
 def _delete_namespace(url: str, namespace: str) -> None:
     client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
     try:
-        keys = list(client.scan_iter(match=f"{namespace}:*", count=1000))
+        keys = list(client.scan_iter(match=all_keys_pattern(namespace), count=1000))
         if keys:
             client.delete(*keys)
     except redis.RedisError as exc:
-        click.echo(f"could not remove the demo's keys ({namespace}:*): {exc}", err=True)
+        click.echo(
+            f"could not remove the demo's keys ({all_keys_pattern(namespace)}): {exc}", err=True
+        )
     finally:
         client.close()
 

@@ -16,7 +16,13 @@ from rich.live import Live
 from rich.table import Column, Table
 
 from toolfleet.shared import codec
-from toolfleet.shared.naming import catalog_key, events_key, workers_key
+from toolfleet.shared.naming import (
+    catalog_key,
+    dead_letters_key,
+    events_key,
+    queue_msgs_key,
+    workers_key,
+)
 from toolfleet.worker.cli.support import Outage
 from toolfleet.worker.cli.top_tenancy import tenancy_tables
 from toolfleet.worker.supervision.exporter import DEFAULT_PORT, run_exporter
@@ -59,8 +65,8 @@ def render_top(client: redis.Redis, namespace: str, window_s: float = WINDOW_S) 
     since = time.time() - 10.0
     pipe = client.pipeline(transaction=False)
     for queue in queues:
-        pipe.hlen(f"{namespace}:{queue}.msgs")
-        pipe.zcard(f"{namespace}:{queue}.XQ")
+        pipe.hlen(queue_msgs_key(namespace, queue))
+        pipe.zcard(dead_letters_key(namespace, queue))
         pipe.zrangebyscore(workers_key(namespace, queue), since, "+inf")
     values = pipe.execute() if queues else []
     queue_table = Table("queue", "depth", "dead letters", "live workers", title="queues")

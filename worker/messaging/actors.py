@@ -7,18 +7,18 @@ import threading
 from typing import Any
 
 import dramatiq
-import redis
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import CurrentMessage
 from pydantic import ValidationError
 
 from toolfleet.shared import codec, tracing
 from toolfleet.shared.naming import actor_name_for
-from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallRequest, ToolCallResult
+from toolfleet.shared.wire import Status, ToolCallRequest, ToolCallResult
 from toolfleet.worker.messaging.broker import FleetRedisBroker
 from toolfleet.worker.pipeline.calls import CallPipeline
 from toolfleet.worker.pipeline.ledger import InlineAck, Ledger, Posted
 from toolfleet.worker.pipeline.observe import Observer
+from toolfleet.worker.pipeline.replies import post_rejection
 from toolfleet.worker.supervision.logs import call_scope
 
 __all__ = ["MessageHandler", "RejectedMessage", "declare_actors"]
@@ -167,41 +167,6 @@ class MessageHandler:
         post_rejection(
             self.ledger.client, self.ledger.reply_ttl_s, raw, str(exc), self.pipeline.worker_id
         )
-
-
-def post_rejection(client: redis.Redis, ttl_s: int, raw: Any, why: str, worker: str) -> bool:
-    """Answer ``rejected`` to a request that could not be decoded.
-
-    Only possible when its ``reply_to`` can be read from the loose JSON. Returns True when
-    a reply was posted.
-    """
-    loose: Any = raw
-    if isinstance(raw, (str, bytes)):
-        try:
-            loose = codec.loads(raw)
-        except codec.DecodeError:
-            return False
-    if not isinstance(loose, dict) or not isinstance(loose.get("reply_to"), str):
-        return False
-    tool_call_id = loose.get("tool_call_id")
-    result = ToolCallResult(
-        id=str(loose.get("id") or ""),
-        tool_call_id=tool_call_id if isinstance(tool_call_id, str) else None,
-        function=str(loose.get("function") or ""),
-        status=Status.REJECTED,
-        content={"error": f"the request could not be decoded: {why[:300]}"},
-        worker=worker,
-    )
-    try:
-        data = ReplyEnvelope(type="result", result=result).encode()
-        pipe = client.pipeline(transaction=False)
-        pipe.rpush(loose["reply_to"], data)
-        pipe.expire(loose["reply_to"], ttl_s)
-        pipe.execute()
-    except (redis.RedisError, codec.EncodeError) as post_error:
-        log.error("could not post the rejection: %s", post_error)
-        return False
-    return True
 
 
 def stream_event(responded: dict[str, Any], requested: dict[str, Any] | None) -> dict[str, Any]:

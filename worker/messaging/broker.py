@@ -38,7 +38,8 @@ from dramatiq.errors import ConnectionClosed
 from dramatiq.message import Message
 from dramatiq.middleware import CurrentMessage, ShutdownNotifications
 
-from toolfleet.shared.tenancy.lanes import LANES, TOKEN, cursor_key, lane_key
+from toolfleet.shared.naming import acks_key, broker_heartbeats_key, queue_key, queue_msgs_key
+from toolfleet.shared.tenancy.lanes import LANES, TOKEN, lane_key, lanes_cursor_key
 from toolfleet.worker.messaging.middleware import FleetMiddleware
 from toolfleet.worker.pipeline.ledger import InlineAck
 from toolfleet.worker.supervision.redis_factory import redis_client
@@ -74,7 +75,7 @@ class WaitingConsumer(_RedisConsumer):
 
     def __init__(self, broker: RedisBroker, queue_name: str, prefetch: int, timeout: int) -> None:
         super().__init__(broker, queue_name, prefetch, timeout)  # type: ignore[no-untyped-call]
-        self._queue_key = f"{broker.namespace}:{queue_name}"
+        self._queue_key = queue_key(broker.namespace, queue_name)
         self._failures = 0
         self._queue_empty = False
         self._fetched_at = 0.0
@@ -305,7 +306,7 @@ class FleetRedisBroker(RedisBroker):
         queue = message.queue_name
         if not isinstance(redis_id, str) or queue == dq_name(q_name(queue)):
             return None
-        ack = InlineAck(self._acks_key(queue), f"{self.namespace}:{queue}.msgs", redis_id)
+        ack = InlineAck(self._acks_key(queue), queue_msgs_key(self.namespace, queue), redis_id)
         if self._inline_acks is None:
             self._inline_acks = {}
         self._inline_acks[redis_id] = ack
@@ -331,11 +332,11 @@ class FleetRedisBroker(RedisBroker):
         if self._fetch_script is None:
             self._fetch_script = self.client.register_script(_FETCH_WITH_IDS)
         keys = [
-            f"{self.namespace}:{queue_name}",
+            queue_key(self.namespace, queue_name),
             self._acks_key(queue_name),
-            f"{self.namespace}:{queue_name}.msgs",
-            f"{self.namespace}:__heartbeats__",
-            cursor_key(self.namespace, queue_name),
+            queue_msgs_key(self.namespace, queue_name),
+            broker_heartbeats_key(self.namespace),
+            lanes_cursor_key(self.namespace, queue_name),
         ]
         lanes = lane_key(self.namespace, queue_name, 0)[:-1]
         now_ms = int(time.time() * 1000)
@@ -354,7 +355,7 @@ class FleetRedisBroker(RedisBroker):
             logger.warning("could not drop fetched id %s: %s", redis_id, exc)
 
     def _acks_key(self, queue_name: str) -> str:
-        return f"{self.namespace}:__acks__.{self.broker_id}.{queue_name}"
+        return acks_key(self.namespace, self.broker_id, queue_name)
 
     def handle_poison(
         self, queue_name: str, data: bytes, error: Exception, redis_id: str | None = None
@@ -374,7 +375,7 @@ class FleetRedisBroker(RedisBroker):
             else:
                 ids = list(self.client.smembers(acks))
             if ids:
-                bodies = self.client.hmget(f"{self.namespace}:{queue_name}.msgs", ids)
+                bodies = self.client.hmget(queue_msgs_key(self.namespace, queue_name), ids)
                 for message_id, body in zip(ids, bodies, strict=True):
                     if body == data:
                         self.do_nack(queue_name, message_id.decode())

@@ -21,7 +21,15 @@ import logging
 
 import redis
 
-from toolfleet.shared.naming import brokers_key, inflight_key
+from toolfleet.shared.naming import (
+    acks_key,
+    broker_heartbeats_key,
+    brokers_key,
+    inflight_key,
+    queue_key,
+    queue_msgs_key,
+    workers_key,
+)
 
 __all__ = ["recover_dead_worker"]
 
@@ -52,19 +60,19 @@ def recover_dead_worker(client: redis.Redis, namespace: str, worker_id: str) -> 
     """
     broker_id = client.hget(brokers_key(namespace), worker_id)
     client.delete(inflight_key(namespace, worker_id))  # nothing runs there any more
-    for key in client.scan_iter(match=f"{namespace}:workers:*", count=1000):
+    for key in client.scan_iter(match=workers_key(namespace, "*"), count=1000):
         client.zrem(key, worker_id)
     if broker_id is None:
         return 0
     dead = broker_id.decode() if isinstance(broker_id, bytes) else str(broker_id)
     requeue = client.register_script(_REQUEUE_AT_HEAD)
-    prefix = f"{namespace}:__acks__.{dead}."
+    prefix = acks_key(namespace, dead, "")
     moved = 0
     for key in list(client.scan_iter(match=f"{prefix}*", count=1000)):
         queue = (key.decode() if isinstance(key, bytes) else str(key))[len(prefix) :]
-        queue_key = f"{namespace}:{queue}"
-        moved += int(requeue(keys=[key, queue_key, f"{queue_key}.msgs"]))
-    client.zrem(f"{namespace}:__heartbeats__", dead)
+        keys = [key, queue_key(namespace, queue), queue_msgs_key(namespace, queue)]
+        moved += int(requeue(keys=keys))
+    client.zrem(broker_heartbeats_key(namespace), dead)
     client.hdel(brokers_key(namespace), worker_id)
     if moved:
         log.warning("requeued %d messages of dead worker %s", moved, worker_id)

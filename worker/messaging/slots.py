@@ -23,7 +23,14 @@ import orjson
 import redis
 from dramatiq.brokers.redis import RedisBroker
 
-from toolfleet.shared.naming import actor_name_for, slots_key, workers_key
+from toolfleet.shared.naming import (
+    actor_name_for,
+    queue_key,
+    queue_msgs_key,
+    slot_lock_key,
+    slots_key,
+    workers_key,
+)
 from toolfleet.worker.messaging.maintenance import run_maintenance
 
 __all__ = ["SlotJanitor"]
@@ -76,7 +83,7 @@ class SlotJanitor:
             slot, queue = _text(raw_slot), _text(raw_queue)
             if slot in mine or self._alive(slot):
                 continue
-            lock = f"{self.namespace}:slots:lock:{slot}"
+            lock = slot_lock_key(self.namespace, slot)
             if not self.client.set(lock, "1", nx=True, ex=30):
                 continue
             try:
@@ -92,13 +99,13 @@ class SlotJanitor:
     def _hand_back(self, broker: RedisBroker, slot: str, queue: str) -> int:
         run_maintenance(broker, slot)
         ns = broker.namespace
-        ids = self.client.lrange(f"{ns}:{slot}", 0, MOVE_BATCH - 1)
+        ids = self.client.lrange(queue_key(ns, slot), 0, MOVE_BATCH - 1)
         pipe = self.client.pipeline(transaction=False)
         for raw_id in ids:
             message_id = _text(raw_id)
-            body = self.client.hget(f"{ns}:{slot}.msgs", message_id)
-            pipe.lrem(f"{ns}:{slot}", 0, message_id)
-            pipe.hdel(f"{ns}:{slot}.msgs", message_id)
+            body = self.client.hget(queue_msgs_key(ns, slot), message_id)
+            pipe.lrem(queue_key(ns, slot), 0, message_id)
+            pipe.hdel(queue_msgs_key(ns, slot), message_id)
             if body is None:
                 continue
             try:
@@ -109,8 +116,8 @@ class SlotJanitor:
             except (orjson.JSONDecodeError, TypeError):
                 log.warning("dropping an undecodable message %s of slot queue %s", message_id, slot)
                 continue
-            pipe.hset(f"{ns}:{queue}.msgs", message_id, rewritten)
-            pipe.rpush(f"{ns}:{queue}", message_id)
+            pipe.hset(queue_msgs_key(ns, queue), message_id, rewritten)
+            pipe.rpush(queue_key(ns, queue), message_id)
         if not ids:
             pipe.hdel(slots_key(self.namespace), slot)
             pipe.delete(workers_key(self.namespace, slot))

@@ -49,6 +49,7 @@ from toolfleet.shared.naming import (
     workers_key,
 )
 from toolfleet.shared.wire import ReplyEnvelope, ToolCallRequest, ToolCallResult, ToolEvent
+from toolfleet.worker.pipeline.replies import push_reply
 
 __all__ = [
     "MIN_ANSWER_S",
@@ -414,8 +415,5 @@ class Ledger:
 
     def post_event(self, request: ToolCallRequest, event: ToolEvent) -> None:
         """Post a status event to the call's reply list (before its result)."""
-        data = ReplyEnvelope(type="event", event=event).encode()
-        pipe = self.client.pipeline(transaction=False)
-        pipe.rpush(request.reply_to, data)
-        pipe.expire(request.reply_to, self.reply_ttl_s)
-        pipe.execute()
+        envelope = ReplyEnvelope(type="event", event=event)
+        push_reply(self.client, request.reply_to, envelope, self.reply_ttl_s)

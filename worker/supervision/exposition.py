@@ -26,7 +26,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from toolfleet.shared import codec
-from toolfleet.shared.naming import catalog_key, workers_key
+from toolfleet.shared.naming import catalog_key, dead_letters_key, queue_msgs_key, workers_key
 from toolfleet.shared.tenancy.lanes import LANES, lane_keys, uses_lanes
 from toolfleet.worker.supervision.health import HealthReport
 from toolfleet.worker.supervision.redis_factory import redis_client
@@ -159,8 +159,8 @@ class QueueCollector:
             pipe = self.client.pipeline(transaction=False)
             since = time.time() - self.worker_ttl_s
             for queue in queues:
-                pipe.hlen(f"{self.namespace}:{queue}.msgs")
-                pipe.zcard(f"{self.namespace}:{queue}.XQ")
+                pipe.hlen(queue_msgs_key(self.namespace, queue))
+                pipe.zcard(dead_letters_key(self.namespace, queue))
                 pipe.zcount(workers_key(self.namespace, queue), since, "+inf")
             for queue in queues:
                 for key in lane_keys(self.namespace, queue):

@@ -19,6 +19,7 @@ from toolfleet.shared import codec
 from toolfleet.shared.catalog_epoch import REPUBLISH_SCRIPT
 from toolfleet.shared.extension_errors import WorkerErrors
 from toolfleet.shared.naming import (
+    broker_heartbeats_key,
     brokers_key,
     catalog_epoch_key,
     catalog_key,
@@ -131,7 +132,9 @@ class CatalogPublisher:
         if self.janitor is not None:
             self.janitor.register(pipe)
         if self.broker is not None:
-            pipe.zadd(f"{self.namespace}:__heartbeats__", {self.broker.broker_id: int(now * 1000)})
+            pipe.zadd(
+                broker_heartbeats_key(self.namespace), {self.broker.broker_id: int(now * 1000)}
+            )
             pipe.hset(brokers_key(self.namespace), self.worker_id, self.broker.broker_id)
         replies = pipe.execute()
         self._epoch = _text(replies[0])

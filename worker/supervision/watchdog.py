@@ -39,7 +39,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, Metric
 from pydantic import ValidationError
 
-from toolfleet.shared.naming import brokers_key, inflight_key
+from toolfleet.shared.naming import broker_heartbeats_key, brokers_key, inflight_key
 from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallResult
 from toolfleet.worker.pipeline.ledger import MIN_ANSWER_S, InFlight, Posted, post_outcome
 
@@ -170,7 +170,7 @@ class Watchdog:
         broker_id = self.client.hget(brokers_key(self.namespace), worker_id)
         if broker_id is None:
             return False
-        beat_ms = self.client.zscore(f"{self.namespace}:__heartbeats__", broker_id)
+        beat_ms = self.client.zscore(broker_heartbeats_key(self.namespace), broker_id)
         return beat_ms is not None and beat_ms / 1000 > since
 
     def _answer(self, worker_id: str, pid: int, record: InFlight) -> None:

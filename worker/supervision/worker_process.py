@@ -23,13 +23,14 @@ import redis
 from toolfleet.shared.lifeline import die_with_parent
 from toolfleet.shared.naming import affinity_queue_for, brokers_key
 from toolfleet.shared.settings import Settings
-from toolfleet.worker.messaging.actors import MessageHandler, declare_actors, post_rejection
+from toolfleet.worker.messaging.actors import MessageHandler, declare_actors
 from toolfleet.worker.messaging.broker import fleet_middleware, make_broker
 from toolfleet.worker.messaging.slots import SlotJanitor
 from toolfleet.worker.pipeline.calls import CallPipeline
 from toolfleet.worker.pipeline.cancels import CancelListener
 from toolfleet.worker.pipeline.ledger import Ledger
 from toolfleet.worker.pipeline.observe import Observer
+from toolfleet.worker.pipeline.replies import post_rejection
 from toolfleet.worker.registry.loader import load_all
 from toolfleet.worker.registry.redaction import Redactor
 from toolfleet.worker.registry.registry import Registry

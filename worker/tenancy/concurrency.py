@@ -24,6 +24,8 @@ import time
 
 import redis
 
+from toolfleet.shared.naming import concurrency_key
+
 __all__ = ["LEASE_MARGIN_S", "POLL_S", "ConcurrencyLimiter", "concurrency_key"]
 
 #: Seconds a slot's lease lasts beyond the call's time limit.
@@ -41,11 +43,6 @@ local ttl = tonumber(ARGV[3]) - tonumber(ARGV[2]) + 1000
 if redis.call("pttl", KEYS[1]) < ttl then redis.call("pexpire", KEYS[1], ttl) end
 return 1
 """
-
-
-def concurrency_key(namespace: str, function: str) -> str:
-    """The sorted set of ``function``'s held slots (holder -> lease end, epoch ms)."""
-    return f"{namespace}:concurrency:{function}"
 
 
 class ConcurrencyLimiter:
