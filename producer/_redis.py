@@ -33,6 +33,9 @@ __all__ = [
     "pool_where",
     "tcp_options",
     "track_forks",
+    "async_command_pool",
+    "async_reply_connection",
+    "sync_connection",
 ]
 
 
@@ -146,6 +149,46 @@ def connection_failed(exc: BaseException, where: str, doing: str) -> ConnectionF
     """
     url = where if "://" in where else ""  # a Sentinel service has no URL
     return ConnectionFailed(f"Redis at {where} failed {doing}: {exc}", url=url)
+
+
+def sync_connection(
+    source: Any, name: str, timeout_s: float | None, *, single: bool
+) -> redis.Redis:
+    """A sync client on the caller's pool, or on ``source.url`` named ``name``.
+
+    ``timeout_s``: socket and connect timeout (``None`` for the reply listener's
+    blocking reads); ``single``: a client of one connection of its own.
+    """
+    if source.pool is not None:
+        return redis.Redis(connection_pool=source.pool)
+    return redis.Redis.from_url(source.url, client_name=name, socket_timeout=timeout_s,
+                                socket_connect_timeout=timeout_s,
+                                single_connection_client=single)  # fmt: skip
+
+
+def async_command_pool(source: Any, name: str, timeout_s: float, size: int) -> Any:
+    """The asyncio command pool: the caller's, or a blocking one of ``size`` connections."""
+    if source.pool is not None:
+        return source.pool
+    return redis.asyncio.BlockingConnectionPool.from_url(
+        source.url, max_connections=size, timeout=timeout_s, client_name=name,
+        socket_timeout=timeout_s, socket_connect_timeout=timeout_s)  # fmt: skip
+
+
+def async_reply_connection(source: Any, name: str, connect_timeout_s: float) -> redis.asyncio.Redis:
+    """The asyncio reply listener's connection: one of its own, no socket timeout.
+
+    Keepalive instead of a read timeout: one that fires while the loop was busy would
+    drop replies ``BLPOP`` had popped, and redis-py wraps timed writes in ``wait_for``,
+    which on Python 3.11 can swallow a cancellation. Deadlines never depend on it (they
+    are loop timers).
+    """
+    if source.pool is not None:
+        return redis.asyncio.Redis(connection_pool=source.pool)
+    return redis.asyncio.Redis.from_url(source.url, socket_timeout=None, client_name=name,
+                                        single_connection_client=True,
+                                        socket_connect_timeout=connect_timeout_s,
+                                        **tcp_options(source.url))  # fmt: skip
 
 
 class _ForkAware(Protocol):

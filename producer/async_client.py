@@ -24,7 +24,7 @@ from toolfleet.producer._core import steps as core
 from toolfleet.producer._core.base import ClientBase
 from toolfleet.producer._core.calls import REDIS_FAILURES, Arguments
 from toolfleet.producer._core.fleet import queue_foreign_cancel
-from toolfleet.producer._redis import tcp_options, track_forks
+from toolfleet.producer._redis import async_command_pool, async_reply_connection, track_forks
 from toolfleet.producer.async_listener import AsyncCallFuture, AsyncReplyListener
 from toolfleet.producer.backpressure import AsyncInFlightLimit
 from toolfleet.producer.catalog import AsyncCatalogReader
@@ -80,10 +80,8 @@ class AsyncToolClient(ClientBase):
         """This process's core, pool, catalog cache, slots and listener (unbound)."""
         self._new_core(AsyncInFlightLimit(self.max_in_flight))
         timeout_s, ns, settings = self.settings.redis_timeout_s, self.namespace, self.settings
-        self._pool = self._config.pool or redis.asyncio.BlockingConnectionPool.from_url(
-            str(self.redis_url), max_connections=COMMAND_CONNECTIONS, timeout=timeout_s,
-            client_name=f"toolfleet-producer-{self.client_id}", socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s)  # fmt: skip
+        name = f"toolfleet-producer-{self.client_id}"
+        self._pool = async_command_pool(self._config, name, timeout_s, COMMAND_CONNECTIONS)
         self._redis = redis.asyncio.Redis(connection_pool=self._pool)
         self._catalog = AsyncCatalogReader(self._redis, ns, settings.catalog_cache_s,
                                            settings.worker_ttl_s)  # fmt: skip
@@ -106,18 +104,8 @@ class AsyncToolClient(ClientBase):
         self._per_process_state()
 
     def _listener_connection(self) -> redis.asyncio.Redis:
-        if self._config.pool is not None:
-            return redis.asyncio.Redis(connection_pool=self._config.pool)
-        assert self.redis_url is not None
-        # No socket timeout, keepalive instead: a read timeout that fires while the loop
-        # was busy would drop replies BLPOP had popped, and redis-py wraps timed writes
-        # in wait_for, which on Python 3.11 can swallow a cancellation. Deadlines never
-        # depend on this connection (they are loop timers).
-        return redis.asyncio.Redis.from_url(self.redis_url, socket_timeout=None,
-                                            client_name=f"toolfleet-reply-{self.client_id}",
-                                            single_connection_client=True,
-                                            socket_connect_timeout=self.settings.redis_timeout_s,
-                                            **tcp_options(self.redis_url))  # fmt: skip
+        name = f"toolfleet-reply-{self.client_id}"
+        return async_reply_connection(self._config, name, self.settings.redis_timeout_s)
 
     async def submit(self, function: str, arguments: Arguments = None, *,
                tool_call_id: str | None = None, context: CallContext | dict[str, Any] | None = None,

@@ -21,7 +21,7 @@ from toolfleet.producer._core import steps as core
 from toolfleet.producer._core.base import ClientBase
 from toolfleet.producer._core.calls import REDIS_FAILURES, Arguments
 from toolfleet.producer._core.fleet import queue_foreign_cancel
-from toolfleet.producer._redis import track_forks
+from toolfleet.producer._redis import sync_connection, track_forks
 from toolfleet.producer.backpressure import InFlightLimit
 from toolfleet.producer.catalog import CatalogReader
 from toolfleet.producer.events import CallEvent
@@ -127,14 +127,9 @@ class ToolClient(ClientBase):
                 self._started = True
 
     def _connection(self, role: str) -> redis.Redis:
-        if self._config.pool is not None:
-            return redis.Redis(connection_pool=self._config.pool)
-        assert self.redis_url is not None
         timeout_s = self.settings.redis_timeout_s if role == "producer" else None
         name = f"toolfleet-{role}-{self.client_id}"
-        return redis.Redis.from_url(self.redis_url, client_name=name, socket_timeout=timeout_s,
-                                    socket_connect_timeout=timeout_s,
-                                    single_connection_client=role == "reply")  # fmt: skip
+        return sync_connection(self._config, name, timeout_s, single=role == "reply")
 
     # -- calls -----------------------------------------------------------------------------
 
@@ -229,11 +224,9 @@ class ToolClient(ClientBase):
     def cancel(self, call_id: str) -> bool:
         """Cancel a call by its id (``future.call_id``), made by this client or another.
 
-        One of this client's resolves ``canceled`` at once; one made elsewhere is canceled
-        in the fleet and its caller gets ``canceled`` from the worker. A queued call never
-        runs; a running ``async``/``process`` tool is stopped; a ``thread`` tool sees
-        ``context.canceled``. Returns False when the call had already its outcome (or
-        Redis could not be reached, for a call made elsewhere).
+        This client's resolves ``canceled`` at once, another's gets ``canceled`` from the
+        worker: a queued call never runs, a running ``async``/``process`` tool stops, a
+        ``thread`` tool sees ``context.canceled``. False: it had its outcome already.
         """
         self._live()
         return self._cancel([call_id])
