@@ -9,12 +9,14 @@ import time
 import uuid
 from collections.abc import Iterator
 
+import orjson
 import pytest
 import redis
 from tenancy_tools import record_key
 
 from conftest import Fleet, start_fleet, toolfleet_command
 from toolfleet.producer import ToolClient
+from toolfleet.shared.naming import catalog_key
 from toolfleet.shared.tenancy.breakers import breaker_key
 from toolfleet.shared.wire import Status
 from toolfleet.worker.tenancy.concurrency import concurrency_key
@@ -50,6 +52,17 @@ def r(limits_fleet: Fleet) -> Iterator[redis.Redis]:
 def tc(limits_fleet: Fleet) -> Iterator[ToolClient]:
     with ToolClient(limits_fleet.redis_url, namespace=limits_fleet.namespace) as client:
         yield client
+
+
+def test_the_catalog_shows_declared_limits(r: redis.Redis, limits_fleet: Fleet) -> None:
+    """Catalog entries carry a tool's declared concurrency and breaker policy."""
+    entries = {
+        name.decode(): orjson.loads(raw)
+        for name, raw in r.hgetall(catalog_key(limits_fleet.namespace)).items()
+    }
+    assert entries[LIMITED]["concurrency"] == 3 and entries[LIMITED]["breaker"] is None
+    assert entries[FLAKY]["breaker"]["failures"] == 5
+    assert entries[FLAKY]["breaker"]["on"] == ["timeout", "crashed"]
 
 
 def test_a_limited_tool_never_runs_more_than_its_limit_across_processes(

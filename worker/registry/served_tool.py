@@ -91,5 +91,8 @@ class ServedTool:
                 "settings": [s.name for s in ext.settings],
                 "annotations": self.spec.annotations,
                 "output_schema": self.spec.output_schema,
+                # declared fleet-wide limits (their live state is in Redis: toolfleet top)
+                "concurrency": self.concurrency,
+                "breaker": None if self.breaker is None else self.breaker.model_dump(),
             }
         )
