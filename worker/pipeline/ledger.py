@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 
 import redis
 from pydantic import BaseModel
+from redis.commands.core import Script
 
 from toolfleet.shared import codec
 from toolfleet.shared.cancels import REQUESTED
@@ -115,6 +116,10 @@ redis.call("rpush", KEYS[2], ARGV[1])
 redis.call("expire", KEYS[2], ARGV[3])
 return 1
 """ % REQUESTED.decode()  # noqa: UP031 - Lua braces make str.format awkward
+
+
+#: The finish script, hashed once; run on the client given at each call.
+_FINISH_SCRIPT = Script(None, _FINISH.encode())  # type: ignore[arg-type]  # bytes: no encoder
 
 
 class Posted:
@@ -245,7 +250,7 @@ def post_outcome(
         keys += [ack.acks_key, ack.msgs_key]
     redis_id = ack.redis_id if ack is not None else ""
     argv: list[Any] = [envelope, ttl_s, reply_ttl_s, call_id, events_maxlen, redis_id]
-    posted = int(client.register_script(_FINISH)(keys, [*argv, *(events or [])]))
+    posted = int(_FINISH_SCRIPT(keys, [*argv, *(events or [])], client=client))
     if ack is not None:
         ack.done = True
     return posted
