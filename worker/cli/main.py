@@ -14,7 +14,6 @@ import sys
 import uuid
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 import click
 import redis
@@ -25,7 +24,6 @@ from rich.table import Table
 from toolfleet.shared import codec
 from toolfleet.shared.export import FORMATS
 from toolfleet.shared.naming import all_keys_pattern, default_queue_for
-from toolfleet.shared.settings import Settings
 from toolfleet.shared.urls import redacted_url
 from toolfleet.shared.wire import Status, ToolCallResult
 from toolfleet.worker.cli.admin import extensions, switch
@@ -45,18 +43,6 @@ console = Console()
 
 #: Statuses a producer answers when Redis may have gone away during the call.
 REDIS_MAY_BE_GONE = frozenset({Status.NOT_AVAILABLE, Status.TIMEOUT})
-
-
-def _worker_options(settings: Settings, **kwargs: Any) -> WorkerOptions:
-    return WorkerOptions(
-        redis_url=settings.redis_url or "",
-        namespace=settings.namespace,
-        reply_ttl_s=settings.reply_ttl_s,
-        heartbeat_interval_s=settings.heartbeat_interval_s,
-        worker_ttl_s=settings.worker_ttl_s,
-        shutdown_grace_s=settings.shutdown_grace_s,
-        **{"metrics_port": settings.metrics_port, **kwargs},
-    )
 
 
 @click.group(cls=ToolfleetGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -114,13 +100,12 @@ def worker(
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    options = _worker_options(
-        obj.settings,
+    options = WorkerOptions(
+        obj.settings.model_copy(update={"redis_client": factory}),
         processes=max(1, processes),
         threads=max(1, threads),
         queues=list(queues),
         extensions=list(extensions),
-        redis_client=factory,
     )
     sys.exit(Supervisor(options).run())
 
@@ -207,8 +192,11 @@ def demo(
         f"{processes} worker processes, replaying {', '.join(p.name for p in paths)}"
     )
     _exit_cleanly_on_termination()
-    options = _worker_options(
-        settings, processes=processes, threads=threads, log_level="WARNING", metrics_port=0
+    options = WorkerOptions(
+        settings.model_copy(update={"metrics_port": 0}),
+        processes=processes,
+        threads=threads,
+        log_level="WARNING",
     )
     fleet = LocalFleet(options, ready_queues=[default_queue_for("bfcl")])
     try:

@@ -52,7 +52,8 @@ class LocalFleet:
         try:
             if not self.options.redis_url:
                 self.embedded = EmbeddedRedis()
-                self.options.redis_url = self.embedded.start()
+                url = self.embedded.start()
+                self.options.settings = self.options.settings.model_copy(update={"redis_url": url})
             self.supervisor = Supervisor(self.options)
             self._thread = threading.Thread(
                 target=self.supervisor.run, kwargs={"install_signals": False}, daemon=True
@@ -71,9 +72,9 @@ class LocalFleet:
             while time.monotonic() < deadline:
                 if self._thread is not None and not self._thread.is_alive():
                     raise ConfigurationError("the workers stopped during start-up (see their log)")
-                since = time.time() - self.options.worker_ttl_s
+                since = time.time() - self.options.settings.worker_ttl_s
                 counts = [
-                    client.zcount(workers_key(self.options.namespace, q), since, "+inf")
+                    client.zcount(workers_key(self.options.settings.namespace, q), since, "+inf")
                     for q in self.ready_queues
                 ]
                 if all(n >= self.options.processes for n in counts):
@@ -88,11 +89,11 @@ class LocalFleet:
         if self.supervisor is not None:
             self.supervisor.stop()
         if self._thread is not None:
-            self._thread.join(self.options.shutdown_grace_s + 10)
+            self._thread.join(self.options.settings.shutdown_grace_s + 10)
         if self.embedded is not None:
             self.embedded.stop()
             self.embedded = None
-            self.options.redis_url = ""
+            self.options.settings = self.options.settings.model_copy(update={"redis_url": None})
 
     def __enter__(self) -> LocalFleet:
         return self.start()

@@ -55,37 +55,30 @@ KILL_MARGIN_S = 1.0
 class WorkerOptions:
     """How to run each worker process.
 
+    Every setting (Redis URL or client factory, namespace, time-outs, the ``/metrics``
+    port) is in :attr:`settings`; the other attributes are what only a supervisor's
+    command line says.
+
     Attributes:
-        redis_url: Redis URL.
-        redis_client: ``MODULE:ATTR`` of a ``redis.Redis`` factory used instead of
-            ``redis_url`` (every process, the supervisor included, calls it itself).
-        namespace: key prefix.
+        settings: the fleet's settings; the worker processes get them through their
+            environment (:meth:`Settings.as_environment`).
         processes: number of worker processes.
         threads: Dramatiq worker threads per process.
         queues: queues to consume (empty: every queue of the loaded extensions).
         extensions: ``MODULE:ATTR`` specs loaded besides the entry points.
         entry_points: whether to load the ``toolfleet.extensions`` entry points.
-        reply_ttl_s, heartbeat_interval_s, worker_ttl_s, shutdown_grace_s: seconds.
         log_level: logging level name of the worker processes.
-        metrics_port: port of ``/metrics`` served by the supervisor; 0 for none.
         metrics_dir: multiprocess metrics folder when ``PROMETHEUS_MULTIPROC_DIR`` is unset;
             with neither, a private temporary folder removed at exit.
     """
 
-    redis_url: str
-    namespace: str
-    redis_client: str | None = None
+    settings: Settings
     processes: int = 1
     threads: int = 8
     queues: Sequence[str] = ()
     extensions: Sequence[str] = ()
     entry_points: bool = True
-    reply_ttl_s: int = 300
-    heartbeat_interval_s: float = 2.0
-    worker_ttl_s: float = 10.0
-    shutdown_grace_s: float = 30.0
     log_level: str = "INFO"
-    metrics_port: int = 0
     metrics_dir: str | None = None
 
     def argv(self, index: int) -> list[str]:
@@ -115,25 +108,16 @@ class WorkerOptions:
             argv.append("--no-entry-points")
         return argv
 
-    def settings(self) -> Settings:
-        """The worker processes' settings: the environment's, with these options on top."""
-        return Settings.from_env().model_copy(
-            update={
-                "redis_url": self.redis_url or None,
-                "redis_client": self.redis_client,
-                "namespace": self.namespace,
-                "reply_ttl_s": self.reply_ttl_s,
-                "heartbeat_interval_s": self.heartbeat_interval_s,
-                "worker_ttl_s": self.worker_ttl_s,
-                "shutdown_grace_s": self.shutdown_grace_s,
-            }
-        )
+    @property
+    def redis_url(self) -> str:
+        """The settings' Redis URL ("" when a client factory builds the client)."""
+        return self.settings.redis_url or ""
 
     def environment(self) -> dict[str, str]:
-        """The environment of a worker process: this one's, with :meth:`settings` in it."""
+        """The environment of a worker process: this one's, with :attr:`settings` in it."""
         names = Settings.variable_names()
         env = {k: v for k, v in os.environ.items() if k not in names}
-        env.update(self.settings().as_environment())
+        env.update(self.settings.as_environment())
         return env
 
 
@@ -184,21 +168,21 @@ class Supervisor:
 
     def _supervise(self) -> int:
         self.registry = serve_metrics(
-            self.options.metrics_port, self.metrics_dir, probes=self._probes()
+            self.options.settings.metrics_port, self.metrics_dir, probes=self._probes()
         )
         if not wait_until_reachable(
-            self.options.redis_url, self._stop, factory=self.options.redis_client
+            self.options.redis_url, self._stop, factory=self.options.settings.redis_client
         ):
             return 0  # stopped while Redis was down: nothing started, nothing to drain
         for slot in self.slots:
             self._start(slot)
         watchdog = start_watchdog(
-            redis_client(self.options.redis_url, factory=self.options.redis_client),
-            self.options.namespace,
-            self.options.reply_ttl_s,
+            redis_client(self.options.redis_url, factory=self.options.settings.redis_client),
+            self.options.settings.namespace,
+            self.options.settings.reply_ttl_s,
             self.pids,
             self.registry,
-            self.options.heartbeat_interval_s,
+            self.options.settings.heartbeat_interval_s,
         )
         nothing_to_serve = False
         while not self._stop.wait(0.2):
@@ -226,16 +210,18 @@ class Supervisor:
         """``/livez`` and ``/readyz``: the checks of ``toolfleet health --live/--ready``."""
         settings = Settings.from_env()
         directory, stale_s = settings.health_dir, settings.health_stale_s
-        url, factory = self.options.redis_url, self.options.redis_client
+        url, factory = self.options.redis_url, self.options.settings.redis_client
         return {
             LIVE_PATH: lambda: check_live(directory, stale_s),
             READY_PATH: lambda: check_ready(directory, stale_s, url, factory=factory),
         }
 
     def _recover(self, pid: int) -> None:
-        client = redis_client(self.options.redis_url, factory=self.options.redis_client)
+        client = redis_client(self.options.redis_url, factory=self.options.settings.redis_client)
         try:
-            recover_dead_worker(client, self.options.namespace, f"{socket.gethostname()}:{pid}")
+            recover_dead_worker(
+                client, self.options.settings.namespace, f"{socket.gethostname()}:{pid}"
+            )
         except redis.RedisError as exc:
             log.error("could not requeue the messages of pid %d: %s", pid, exc)
         finally:
@@ -266,7 +252,7 @@ class Supervisor:
     def _drain_processes(self, live: list[subprocess.Popen[bytes]]) -> None:
         for process in live:
             process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + self.options.shutdown_grace_s + KILL_MARGIN_S
+        deadline = time.monotonic() + self.options.settings.shutdown_grace_s + KILL_MARGIN_S
         for process in live:
             try:
                 process.wait(timeout=max(0.0, deadline - time.monotonic()))
