@@ -25,15 +25,13 @@ def timeout_problem(timeout_s: Any) -> str:
     Acceptable: an ``int`` or ``float`` (not ``bool``), finite, ``> 0`` and
     ``<= MAX_TIMEOUT_S`` seconds.
     """
-    if (
-        isinstance(timeout_s, bool)
-        or not isinstance(timeout_s, (int, float))
-        or not math.isfinite(timeout_s)
-        or not timeout_s > 0
-    ):
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
         return "timeout_s must be a positive, finite number of seconds"
+    # compared before isfinite, which raises OverflowError for an int too large for a float
     if timeout_s > MAX_TIMEOUT_S:
         return f"timeout_s must be at most {MAX_TIMEOUT_S:g} seconds"
+    if not timeout_s > 0 or not math.isfinite(timeout_s):
+        return "timeout_s must be a positive, finite number of seconds"
     return ""
 
 

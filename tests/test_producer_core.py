@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from toolfleet.producer._core import steps as core
-from toolfleet.producer._core.calls import publish_refusal
+from toolfleet.producer._core.calls import check_timeout, publish_refusal
 from toolfleet.producer._core.config import configure
 from toolfleet.producer._core.fleet import outcomes_of, queue_resolved
 from toolfleet.producer._core.pending import PendingTable
@@ -214,6 +214,14 @@ def test_configure_refuses_a_bad_in_flight_cap() -> None:
     """``max_in_flight`` below 1 is misuse."""
     with pytest.raises(ClientError):
         _config(max_in_flight=0)
+
+
+@pytest.mark.parametrize("timeout_s", [10**400, -(10**400), 86_401], ids=["huge", "-huge", "day+1"])
+def test_an_integer_timeout_out_of_range_is_misuse(timeout_s: int) -> None:
+    """An ``int`` budget beyond one day, even one too large for a float, is refused as
+    misuse naming ``timeout_s``, not raised as ``OverflowError``."""
+    with pytest.raises(ClientError, match="timeout_s"):
+        check_timeout(timeout_s)
 
 
 def test_resolved_markers_come_with_each_calls_outcome() -> None:
