@@ -51,15 +51,18 @@ LIBRARIES = [
 #: (stage, regex on a frame); the deepest (leaf-most) matching frame names the stage.
 STAGES = [
     ("consumer: wait (BLMOVE) + fetch script", r"WaitingConsumer\.__next__|do_fetch"),
-    ("ack (Dramatiq ack script)", r"WaitingConsumer\.(ack|_settle)|RedisBroker\._dispatch"),
+    (
+        "ack (Dramatiq ack script; unanswered deliveries)",
+        r"WaitingConsumer\.(ack|_settle)|RedisBroker\._dispatch",
+    ),
     ("decode request (pydantic)", r"ToolCallRequest\.decode"),
-    ("claim pipeline (SET NX, GET, GET, EXISTS)", r"Ledger\.(claim|_claim)"),
+    ("claim script (outcome, cancel, switches, SET NX, HSET)", r"Ledger\.(claim|_claim)"),
     ("observer (metrics, signals, event dicts)", r"Observer\."),
     ("parse + validate arguments", r"parse_arguments"),
-    ("run the tool (a new thread per call)", r"run_sync|InProcess\w*\.run"),
+    ("run the tool (hand-off to a reused tool thread)", r"run_sync|InProcess\w*\.run"),
     ("toolkit (context, result, redaction)", r"Toolkit\."),
-    ("finish pipeline (events XADD, outcome SET, RPUSH reply)", r"Ledger\.finish"),
-    ("toolfleet actor (call_scope, size check)", r"Worker\.(handle|_handle|_finish)|call_scope"),
+    ("finish script (ack, outcome SET, events XADD, RPUSH)", r"Ledger\.finish|post_outcome"),
+    ("toolfleet actor (call_scope, size check)", r"MessageHandler\.|call_scope|inline_ack"),
     ("Dramatiq worker thread + middleware", r"WorkerThread|Broker\.emit|ConsumerThread"),
     ("submit: build request", r"build_request|ToolClient\._request|new_call_id"),
     ("submit: catalog check", r"Catalog"),
