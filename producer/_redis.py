@@ -26,7 +26,9 @@ from toolfleet.shared.settings import Settings
 from toolfleet.shared.urls import check_redis_url, redacted_url
 
 __all__ = [
+    "FORKED_GIVEN_POOL",
     "RedisSource",
+    "keep_parents",
     "connection_failed",
     "redis_source",
     "pool_of",
@@ -214,3 +216,23 @@ def track_forks(client: _ForkAware) -> None:
     connections start on the client's next use. The client is held weakly.
     """
     _tracked.add(client)
+
+
+#: Why an ``AsyncToolClient`` built on a caller's client or pool fails in a forked child.
+FORKED_GIVEN_POOL = (
+    "this AsyncToolClient was built on your redis.asyncio client/pool before "
+    "fork(): redis.asyncio pools cannot be shared with a child process; build "
+    "the client (and its pool) in the child, e.g. in gunicorn's post_fork hook"
+)
+
+#: In a forked child: the parent's async pools and listeners of every client.
+_parents_connections: list[object] = []
+
+
+def keep_parents(*connections: object) -> None:
+    """In a forked child, keep the parent's ``redis.asyncio`` objects referenced forever.
+
+    Never collected, never closed here: closing them from the child's loop (redis.asyncio
+    does on garbage collection) could write on sockets the parent still uses.
+    """
+    _parents_connections.append(connections)

@@ -19,12 +19,19 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis.asyncio
+from typing_extensions import override
 
 from toolfleet.producer._core import steps as core
 from toolfleet.producer._core.base import ClientBase
 from toolfleet.producer._core.calls import REDIS_FAILURES, Arguments
 from toolfleet.producer._core.fleet import queue_foreign_cancel
-from toolfleet.producer._redis import async_command_pool, async_reply_connection, track_forks
+from toolfleet.producer._redis import (
+    FORKED_GIVEN_POOL,
+    async_command_pool,
+    async_reply_connection,
+    keep_parents,
+    track_forks,
+)
 from toolfleet.producer.async_listener import AsyncCallFuture, AsyncReplyListener
 from toolfleet.producer.backpressure import AsyncInFlightLimit
 from toolfleet.producer.catalog import AsyncCatalogReader
@@ -46,9 +53,6 @@ __all__ = ["COMMAND_CONNECTIONS", "AsyncCallFuture", "AsyncToolClient"]
 
 #: Most command connections one client opens (publishing, catalog, cancels).
 COMMAND_CONNECTIONS = 4
-
-#: In a forked child: the parent's pools and listeners of every client (see _after_fork).
-_parents_connections: list[object] = []
 
 
 class AsyncToolClient(ClientBase):
@@ -90,43 +94,36 @@ class AsyncToolClient(ClientBase):
         self._listener = AsyncReplyListener(self._listener_connection, self.reply_to,
                                             self._core.table, self._redis, ns,
                                             settings.reply_ttl_s)  # fmt: skip
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     def _after_fork(self) -> None:
         """In a forked child: a fresh identity and state, bound to the child's first loop."""
         if self._config.pool is not None:
             self._forked_with_given_pool = True
             return
-        # the parent's connections stay referenced, never collected here: closing them
-        # from the child's loop (redis.asyncio does on garbage collection) could write
-        # on sockets the parent still uses
-        _parents_connections.append((self._pool, self._redis, self._listener))
+        keep_parents(self._pool, self._redis, self._listener)  # never closed from here
         self._per_process_state()
 
     def _listener_connection(self) -> redis.asyncio.Redis:
         name = f"toolfleet-reply-{self.client_id}"
         return async_reply_connection(self._config, name, self.settings.redis_timeout_s)
 
+    @override
     async def submit(self, function: str, arguments: Arguments = None, *,
                tool_call_id: str | None = None, context: CallContext | dict[str, Any] | None = None,
                timeout_s: float = 30.0) -> AsyncCallFuture:  # fmt: skip
-        """Publish one tool call (see ``ToolClient.submit``); waits for a slot without blocking.
-
-        Returns:
-            An :class:`AsyncCallFuture` (``call_id``); canceling it cancels the call.
-        """
+        """As ``ToolClient.submit``, awaiting a slot; canceling the future cancels the call."""
         self._check_open()
         request = self._request(function, arguments, tool_call_id, context, timeout_s)
-        future = AsyncCallFuture(request.id, loop=self._bind())
+        future = AsyncCallFuture(request.id, loop=self._listener.bind())
         await self._drive(self._core.submit(request, future))
         return future
 
-    async def call(
-        self, function: str, arguments: Arguments = None, **options: Any
-    ) -> ToolCallResult:
-        """Make one call and await its result (see :meth:`submit`); canceling cancels it."""
+    @override
+    async def call(self, function: str, arguments: Arguments = None,
+                   **options: Any) -> ToolCallResult:  # fmt: skip
         return await (await self.submit(function, arguments, **options))
 
+    @override
     async def dispatch(self, tool_calls: Any, *,
                        context: CallContext | dict[str, Any] | None = None, timeout_s: float = 30.0,
                        on_event: Callable[[CallEvent], object] | None = None,
@@ -147,6 +144,7 @@ class AsyncToolClient(ClientBase):
                     await outcome
         return events.messages
 
+    @override
     def stream(self, tool_calls: Any, **options: Any) -> TurnStream:
         """``async with client.stream(message, timeout_s=20) as events: async for ...``.
 
@@ -155,53 +153,39 @@ class AsyncToolClient(ClientBase):
         """
         return TurnStream(self._starter(tool_calls, options), self._cancel)
 
+    @override
     async def tools(self, *, account: str | None = None, format: str = "openai",  # noqa: A002
                     include_unavailable: bool = False) -> list[dict[str, Any]]:  # fmt: skip
-        """The fleet's tools as a model API tool list (see ``ToolClient.tools``).
-
-        Raises:
-            ValueError: unknown format.
-            ConnectionFailed: Redis unreachable or failing.
-        """
         self._live()
         return await self._drive(self._core.tools(account, format, include_unavailable))
 
+    @override
     async def preparing(self, function: str, partial_arguments: str | dict[str, Any] | None = None,
                         *, tool_call_id: str | None = None, index: int = 0,
                         ) -> CallEvent:  # fmt: skip
-        """The ``preparing`` event of a call still being written (see ``ToolClient.preparing``).
-
-        Raises:
-            ConnectionFailed: Redis unreachable or failing.
-        """
         self._live()
-        return await self._drive(
-            self._core.preparing(function, partial_arguments, tool_call_id, index)
-        )
+        steps = self._core.preparing(function, partial_arguments, tool_call_id, index)
+        return await self._drive(steps)
 
+    @override
     async def cancel(self, call_id: str) -> bool:
-        """Cancel a call by its id, made by this client or another (see ``ToolClient.cancel``)."""
         self._live()
         return await self._cancel([call_id])
 
+    @override
     async def extension_errors(self) -> dict[str, str]:
-        """Extensions the live workers could not load, and why (see ``ToolClient``).
-
-        Raises:
-            ConnectionFailed: Redis cannot be reached.
-        """
         self._live()
         return await self._drive(self._core.extension_errors())
 
+    @override
     async def close(self, *, wait: bool = True) -> None:
-        """Stop the client; idempotent. No call is left unresolved (see ``ToolClient.close``)."""
         if self._closed:
             return
         self._closed = True
         if self._forked_with_given_pool:  # the parent's pool: nothing of it is ours here
             return
-        if self._loop is not None:
-            self._bind()
+        if self._listener.loop is not None:
+            self._listener.bind()
             while wait and self._core.table.in_flight:
                 await asyncio.sleep(0.01)
             await self._listener.stop()
@@ -212,7 +196,7 @@ class AsyncToolClient(ClientBase):
             await self._pool.disconnect()
 
     async def __aenter__(self) -> AsyncToolClient:
-        self._bind()
+        self._listener.bind()
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
@@ -221,27 +205,13 @@ class AsyncToolClient(ClientBase):
 
     def _live(self) -> None:
         if self._forked_with_given_pool:
-            raise ClientError(
-                "this AsyncToolClient was built on your redis.asyncio client/pool before "
-                "fork(): redis.asyncio pools cannot be shared with a child process; build "
-                "the client (and its pool) in the child, e.g. in gunicorn's post_fork hook"
-            )
-        self._bind()
-
-    def _bind(self) -> asyncio.AbstractEventLoop:
-        """The client's loop (the running one); starts the listener on first use."""
-        loop = asyncio.get_running_loop()
-        if self._loop is None:
-            self._loop = loop
-            self._listener.start()
-        elif self._loop is not loop:
-            raise ClientError("an AsyncToolClient is bound to the event loop it was first used on")
-        return loop
+            raise ClientError(FORKED_GIVEN_POOL)
+        self._listener.bind()
 
     async def _start_turn(self, tool_calls: Any, context: Any, timeout_s: float,
                           emit: Callable[[CallEvent], None] | None) -> TurnState:  # fmt: skip
         self._check_open()
-        loop = self._bind()
+        loop = self._listener.bind()
         turn = self._core.turn(tool_calls, context, timeout_s, emit,
                                lambda call_id: AsyncCallFuture(call_id, loop=loop))  # fmt: skip
         return await self._drive(turn)

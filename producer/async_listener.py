@@ -22,6 +22,7 @@ import redis.asyncio
 from toolfleet.producer._core.fleet import outcomes_of, queue_resolved
 from toolfleet.producer._core.pending import PendingTable
 from toolfleet.producer.listener import DRAIN_BATCH, MARK_WAIT_S, MAX_WAIT_S
+from toolfleet.shared.errors import ClientError
 from toolfleet.shared.wire import ToolCallResult
 
 __all__ = ["AsyncCallFuture", "AsyncReplyListener"]
@@ -64,6 +65,22 @@ class AsyncReplyListener:
         self._timer: asyncio.TimerHandle | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._stopping = False
+        #: the loop it listens on (bound by the first :meth:`bind`), else ``None``
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def bind(self) -> asyncio.AbstractEventLoop:
+        """The client's loop: the running one, which the first call binds and starts on.
+
+        Raises:
+            ClientError: called on another loop than the bound one.
+        """
+        loop = asyncio.get_running_loop()
+        if self.loop is None:
+            self.loop = loop
+            self.start()
+        elif self.loop is not loop:
+            raise ClientError("an AsyncToolClient is bound to the event loop it was first used on")
+        return loop
 
     def start(self) -> None:
         """Start the listening task on the running loop."""

@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
+from typing_extensions import override
 
 from toolfleet.producer._core import steps as core
 from toolfleet.producer._core.base import ClientBase
@@ -133,46 +134,24 @@ class ToolClient(ClientBase):
 
     # -- calls -----------------------------------------------------------------------------
 
+    @override
     def submit(self, function: str, arguments: Arguments = None, *,
                tool_call_id: str | None = None, context: CallContext | dict[str, Any] | None = None,
                timeout_s: float = 30.0) -> CallFuture:  # fmt: skip
-        """Publish one call; its :class:`CallFuture` resolves by ``timeout_s`` at the latest.
-
-        ``function``: e.g. ``ext_bfcl_math_factorial``; ``arguments``: a JSON object or the
-        model's raw JSON string; ``tool_call_id``: the model's id, carried through;
-        ``context``: a :class:`CallContext` or a dict of its fields; ``timeout_s``: seconds
-        to the deadline. ``future.call_id`` is what :meth:`cancel` takes.
-
-        Raises:
-            ClientClosedError: the client is closed.
-            BackpressureError: no in-flight slot within ``submit_timeout_s``.
-            ClientError: bad arguments to this method.
-        """
         self._check_open()
         request = self._request(function, arguments, tool_call_id, context, timeout_s)
         future = CallFuture(request.id)
         self._drive(self._core.submit(request, future))
         return future
 
+    @override
     def call(self, function: str, arguments: Arguments = None, **options: Any) -> ToolCallResult:
-        """Make one tool call and wait for its result (same arguments and errors as ``submit``)."""
         return self.submit(function, arguments, **options).result()
 
+    @override
     def dispatch(self, tool_calls: Any, *, context: CallContext | dict[str, Any] | None = None,
                  timeout_s: float = 30.0, on_event: Callable[[CallEvent], object] | None = None,
                  ) -> list[dict[str, Any]]:  # fmt: skip
-        """Run every tool call of one model turn; return the answers to append, in order.
-
-        ``tool_calls``: a Chat Completions, Responses or Anthropic message, its calls or
-        blocks (dicts or SDK objects, :mod:`toolfleet.producer.turns`); one message per
-        call in that format. All are published at once under one deadline ``timeout_s``
-        away (still running then: ``timeout``). ``on_event`` gets each :class:`CallEvent`
-        on this thread; if it raises, the calls still running are canceled.
-
-        Raises:
-            ClientClosedError: the client is closed.
-            ClientError: ``tool_calls`` is no known format, or a bad context or timeout.
-        """
         if on_event is None:
             state = self._start_turn(tool_calls, context, timeout_s, None)
             for future in state.futures:
@@ -184,68 +163,34 @@ class ToolClient(ClientBase):
                 on_event(event)
         return events.messages
 
+    @override
     def stream(self, tool_calls: Any, **options: Any) -> SyncTurnStream:
-        """Run a turn's calls and yield their :class:`CallEvent` s as they happen.
-
-        ``with client.stream(message, timeout_s=20) as events: for event in events: ...``
-        yields per call ``queued`` → ``running`` → ``progress``… → ``result``; it ends after
-        the last ``result``, by the deadline at the latest, and ``events.messages`` holds
-        what :meth:`dispatch` returns. Leaving the block early cancels the calls still
-        running. ``options``: ``context``, ``timeout_s`` (as for :meth:`dispatch`).
-        """
         return SyncTurnStream(self._starter(tool_calls, options), self._cancel)
 
+    @override
     def tools(self, *, account: str | None = None, format: str = "openai",  # noqa: A002
               include_unavailable: bool = False) -> list[dict[str, Any]]:  # fmt: skip
-        """The tools ``account`` may call (``include_unavailable``: all) in ``format``.
-
-        Formats: ``openai``, ``openai-strict``, ``responses``, ``anthropic``, ``mcp``.
-
-        Raises:
-            ValueError: unknown format.
-            ConnectionFailed: Redis unreachable or failing.
-        """
         self._live()
         return self._drive(self._core.tools(account, format, include_unavailable))
 
+    @override
     def preparing(self, function: str, partial_arguments: str | dict[str, Any] | None = None,
                   *, tool_call_id: str | None = None, index: int = 0) -> CallEvent:  # fmt: skip
-        """The ``preparing`` event of a call the model is still writing (nothing published).
-
-        Its ``description``: the tool's preparation text, the arguments so far filled in.
-
-        Raises:
-            ClientClosedError: the client is closed.
-            ConnectionFailed: Redis unreachable or failing.
-        """
         self._check_open()
         return self._drive(self._core.preparing(function, partial_arguments, tool_call_id, index))
 
+    @override
     def cancel(self, call_id: str) -> bool:
-        """Cancel a call by its id (``future.call_id``), made by this client or another.
-
-        This client's resolves ``canceled`` at once, another's gets ``canceled`` from the
-        worker: a queued call never runs, a running ``async``/``process`` tool stops, a
-        ``thread`` tool sees ``context.canceled``. False: it had its outcome already.
-        """
         self._live()
         return self._cancel([call_id])
 
+    @override
     def extension_errors(self) -> dict[str, str]:
-        """Extensions the live workers could not load -> why (secrets scrubbed).
-
-        Raises:
-            ConnectionFailed: Redis cannot be reached.
-        """
         self._live()
         return self._drive(self._core.extension_errors())
 
+    @override
     def close(self, *, wait: bool = True) -> None:
-        """Stop the client; idempotent. No call is left unresolved.
-
-        With ``wait``, calls in flight resolve first (each by its deadline at the
-        latest); without, they resolve ``timeout`` now ("the client was closed").
-        """
         with self._close_lock:
             if self._closed:
                 return

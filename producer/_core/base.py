@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from toolfleet.producer._core.calls import build_request, check_timeout, make_context
+from toolfleet.producer._core.calls import Arguments, build_request, check_timeout, make_context
 from toolfleet.producer._core.config import configure
 from toolfleet.producer._core.steps import ProducerCore
 from toolfleet.shared.errors import ClientClosedError, ClientError
 from toolfleet.shared.settings import Settings
-from toolfleet.shared.wire import ToolCallRequest
+from toolfleet.shared.wire import CallContext, ToolCallRequest
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -96,6 +96,107 @@ class ClientBase:
         if self._closed:
             raise ClientClosedError("the client is closed")
         self._live()
+
+    # -- the public calls: documented once here, performed by each shell ------------------
+
+    def submit(self, function: str, arguments: Arguments = None, *,
+               tool_call_id: str | None = None, context: CallContext | dict[str, Any] | None = None,
+               timeout_s: float = 30.0) -> Any:  # fmt: skip
+        """Publish one call; its future resolves by ``timeout_s`` at the latest.
+
+        ``function``: e.g. ``ext_bfcl_math_factorial``; ``arguments``: a JSON object or the
+        model's raw JSON string; ``tool_call_id``: the model's id, carried through;
+        ``context``: a :class:`CallContext` or a dict of its fields; ``timeout_s``: seconds
+        to the deadline. Returns a ``CallFuture`` (``ToolClient``) or an ``AsyncCallFuture``
+        (awaited, from ``AsyncToolClient``); ``future.call_id`` is what :meth:`cancel` takes.
+
+        Raises:
+            ClientClosedError: the client is closed.
+            BackpressureError: no in-flight slot within ``submit_timeout_s``.
+            ClientError: bad arguments to this method.
+        """
+        raise NotImplementedError
+
+    def call(self, function: str, arguments: Arguments = None, **options: Any) -> Any:
+        """Make one tool call and wait for its result (same arguments and errors as ``submit``)."""
+        raise NotImplementedError
+
+    def dispatch(self, tool_calls: Any, *, context: CallContext | dict[str, Any] | None = None,
+                 timeout_s: float = 30.0, on_event: Callable[[Any], object] | None = None,
+                 ) -> Any:  # fmt: skip
+        """Run every tool call of one model turn; return the answers to append, in order.
+
+        ``tool_calls``: a Chat Completions, Responses or Anthropic message, its calls or
+        blocks (dicts or SDK objects, :mod:`toolfleet.producer.turns`); one message per
+        call in that format. All are published at once under one deadline ``timeout_s``
+        away (still running then: ``timeout``). ``on_event`` gets each ``CallEvent`` on the
+        caller's thread (or loop); if it raises, the calls still running are canceled.
+
+        Raises:
+            ClientClosedError: the client is closed.
+            ClientError: ``tool_calls`` is no known format, or a bad context or timeout.
+        """
+        raise NotImplementedError
+
+    def stream(self, tool_calls: Any, **options: Any) -> Any:
+        """Run a turn's calls and yield their ``CallEvent`` s as they happen.
+
+        ``with client.stream(message, timeout_s=20) as events: for event in events: ...``
+        yields per call ``queued`` → ``running`` → ``progress``… → ``result``; it ends after
+        the last ``result``, by the deadline at the latest, and ``events.messages`` holds
+        what :meth:`dispatch` returns. Leaving the block early cancels the calls still
+        running. ``options``: ``context``, ``timeout_s`` (as for :meth:`dispatch`).
+        """
+        raise NotImplementedError
+
+    def tools(self, *, account: str | None = None, format: str = "openai",  # noqa: A002
+              include_unavailable: bool = False) -> Any:  # fmt: skip
+        """The tools ``account`` may call (``include_unavailable``: all) in ``format``.
+
+        Formats: ``openai``, ``openai-strict``, ``responses``, ``anthropic``, ``mcp``.
+
+        Raises:
+            ValueError: unknown format.
+            ConnectionFailed: Redis unreachable or failing.
+        """
+        raise NotImplementedError
+
+    def preparing(self, function: str, partial_arguments: str | dict[str, Any] | None = None,
+                  *, tool_call_id: str | None = None, index: int = 0) -> Any:  # fmt: skip
+        """The ``preparing`` event of a call the model is still writing (nothing published).
+
+        Its ``description``: the tool's preparation text, the arguments so far filled in.
+
+        Raises:
+            ClientClosedError: the client is closed.
+            ConnectionFailed: Redis unreachable or failing.
+        """
+        raise NotImplementedError
+
+    def cancel(self, call_id: str) -> Any:
+        """Cancel a call by its id (``future.call_id``), made by this client or another.
+
+        This client's resolves ``canceled`` at once, another's gets ``canceled`` from the
+        worker: a queued call never runs, a running ``async``/``process`` tool stops, a
+        ``thread`` tool sees ``context.canceled``. False: it had its outcome already.
+        """
+        raise NotImplementedError
+
+    def extension_errors(self) -> Any:
+        """Extensions the live workers could not load -> why (secrets scrubbed).
+
+        Raises:
+            ConnectionFailed: Redis cannot be reached.
+        """
+        raise NotImplementedError
+
+    def close(self, *, wait: bool = True) -> Any:
+        """Stop the client; idempotent. No call is left unresolved.
+
+        With ``wait``, calls in flight resolve first (each by its deadline at the
+        latest); without, they resolve ``timeout`` now ("the client was closed").
+        """
+        raise NotImplementedError
 
     @property
     def in_flight(self) -> int:
