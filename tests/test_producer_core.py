@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from toolfleet.producer._core import steps as core
-from toolfleet.producer._core.calls import check_timeout, publish_refusal
+from toolfleet.producer._core.calls import check_timeout, make_context, publish_refusal
 from toolfleet.producer._core.config import configure
 from toolfleet.producer._core.fleet import outcomes_of, queue_resolved
 from toolfleet.producer._core.pending import PendingTable
@@ -19,7 +19,14 @@ from toolfleet.producer.catalog import Catalog
 from toolfleet.shared import codec
 from toolfleet.shared.errors import BackpressureError, ClientError
 from toolfleet.shared.settings import Settings
-from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallRequest, ToolCallResult, ToolEvent
+from toolfleet.shared.wire import (
+    CallContext,
+    ReplyEnvelope,
+    Status,
+    ToolCallRequest,
+    ToolCallResult,
+    ToolEvent,
+)
 
 FUNCTION = "ext_demo_echo"
 QUEUE = "tools.demo"
@@ -222,6 +229,14 @@ def test_an_integer_timeout_out_of_range_is_misuse(timeout_s: int) -> None:
     misuse naming ``timeout_s``, not raised as ``OverflowError``."""
     with pytest.raises(ClientError, match="timeout_s"):
         check_timeout(timeout_s)
+
+
+@pytest.mark.parametrize("context", [{"account": "acme\ud800"}, CallContext(account="\udc80")])
+def test_an_account_with_a_lone_surrogate_is_misuse(context: Any) -> None:
+    """An account names Redis keys (lanes, quotas): one that cannot be UTF-8 encoded is
+    refused as misuse, not raised as ``UnicodeEncodeError`` from the publish."""
+    with pytest.raises(ClientError, match="account"):
+        make_context(context)
 
 
 def test_resolved_markers_come_with_each_calls_outcome() -> None:

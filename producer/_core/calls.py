@@ -66,10 +66,18 @@ def make_context(context: CallContext | dict[str, Any] | None) -> CallContext:
     """A :class:`CallContext` from an object, a dict of its fields, or ``None``.
 
     Raises:
-        ClientError: a field that is not a ``CallContext`` field, or of the wrong type.
+        ClientError: a field that is not a ``CallContext`` field, or of the wrong type; an
+            ``account`` that is not valid Unicode (a lone surrogate): it names Redis keys.
     """
-    if isinstance(context, CallContext):
-        return context
+    built = context if isinstance(context, CallContext) else _context_from(context)
+    try:
+        (built.account or "").encode("utf-8")
+    except UnicodeEncodeError:
+        raise ClientError("bad context: account holds a lone surrogate") from None
+    return built
+
+
+def _context_from(context: Any) -> CallContext:
     if context is not None and not isinstance(context, dict):
         raise ClientError("context must be a CallContext, a dict of its fields or None")
     # the wire model ignores unknown fields (tolerant reader); a caller's typo is misuse
