@@ -1,21 +1,26 @@
-"""Shared fixtures: a real Redis, a unique namespace, and worker fleets started through the CLI."""
+"""Shared fixtures: a real Redis, a unique namespace, worker fleets started through the CLI, and
+clients of both kinds behind one blocking facade (:class:`Either`)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
-from toolfleet.shared import codec
+from toolfleet.producer import AsyncToolClient, CallEvent, ToolClient
+from toolfleet.shared import ToolCallResult, codec
 from toolfleet.shared.naming import catalog_key, workers_key
 from toolfleet.shared.urls import redacted_url
 
@@ -249,3 +254,131 @@ def client(fleet: Fleet) -> Iterator[object]:
 
     with ToolClient(fleet.redis_url, namespace=fleet.namespace) as c:
         yield c
+
+
+# -- both clients, one facade --------------------------------------------------------------
+
+KINDS = ["sync", "async"]
+
+
+class Either:
+    """A ``ToolClient`` or an ``AsyncToolClient`` behind the same blocking methods."""
+
+    def __init__(self, kind: str, *args: Any, **kwargs: Any) -> None:
+        self.kind = kind
+        self._loop: asyncio.AbstractEventLoop | None = None
+        if kind == "sync":
+            self.client: Any = ToolClient(*args, **kwargs)
+            return
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._thread = threading.Thread(target=loop.run_forever, daemon=True)
+        self._thread.start()
+        self.client = AsyncToolClient(*args, **kwargs)
+
+    def _do(self, value: Any, timeout_s: float = 60.0) -> Any:
+        if self._loop is None:
+            return value
+        return asyncio.run_coroutine_threadsafe(value, self._loop).result(timeout_s)
+
+    def submit(self, function: str, arguments: Any = None, **options: Any) -> Any:
+        return self._do(self.client.submit(function, arguments, **options))
+
+    def call(self, function: str, arguments: Any = None, **options: Any) -> ToolCallResult:
+        return self._do(self.client.call(function, arguments, **options))  # type: ignore[no-any-return]
+
+    def dispatch(self, tool_calls: Any, **options: Any) -> list[dict[str, Any]]:
+        return self._do(self.client.dispatch(tool_calls, **options))  # type: ignore[no-any-return]
+
+    def stream(
+        self, tool_calls: Any, stop: Callable[[CallEvent], bool] | None = None, **options: Any
+    ) -> tuple[list[CallEvent], list[dict[str, Any]]]:
+        """Iterate ``client.stream(...)``, leaving it after the first event ``stop`` accepts:
+        the events seen and the stream's ``messages`` (none if it was left early)."""
+        seen: list[CallEvent] = []
+
+        def leave(event: CallEvent) -> bool:
+            seen.append(event)
+            return stop is not None and stop(event)
+
+        if self._loop is None:
+            with self.client.stream(tool_calls, **options) as events:
+                if not any(leave(event) for event in events):
+                    return seen, events.messages
+            return seen, []
+
+        async def run() -> list[dict[str, Any]]:
+            async with self.client.stream(tool_calls, **options) as events:
+                async for event in events:
+                    if leave(event):
+                        return []
+            return events.messages  # type: ignore[no-any-return]
+
+        return seen, self._do(run())
+
+    def cancel(self, call_id: str) -> bool:
+        return bool(self._do(self.client.cancel(call_id)))
+
+    def tools(self, **options: Any) -> list[dict[str, Any]]:
+        return self._do(self.client.tools(**options))  # type: ignore[no-any-return]
+
+    def close(self, wait: bool = True) -> None:
+        self._do(self.client.close(wait=wait))
+
+    def result(self, future: Any, timeout_s: float = 60.0) -> ToolCallResult:
+        if self._loop is None:
+            return future.result(timeout_s)  # type: ignore[no-any-return]
+
+        async def wait() -> ToolCallResult:
+            return await asyncio.shield(future)  # type: ignore[no-any-return]
+
+        return self._do(wait(), timeout_s)  # type: ignore[no-any-return]
+
+    def when_done(self, future: Any, callback: Callable[[Any], object]) -> None:
+        if self._loop is None:
+            future.add_done_callback(callback)
+        else:
+            self._loop.call_soon_threadsafe(future.add_done_callback, callback)
+
+    @property
+    def thread(self) -> int:
+        """The thread ``on_event`` callbacks run on: the caller's (sync), the loop's (async)."""
+        return threading.get_ident() if self._loop is None else self._thread.ident or 0
+
+    @property
+    def in_flight(self) -> int:
+        return int(self.client.in_flight)
+
+    def stop(self) -> None:
+        """Close the client (if open) and its loop."""
+        self.close()
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(5)
+            self._loop.close()
+
+
+@pytest.fixture(params=KINDS)
+def kind(request: pytest.FixtureRequest) -> str:
+    """Each test runs with the sync client and with the async one."""
+    return str(request.param)
+
+
+@pytest.fixture
+def make(kind: str) -> Iterator[Callable[..., Either]]:
+    """Build clients of this test's kind; all are closed at the end."""
+    made: list[Either] = []
+
+    def build(*args: Any, **kwargs: Any) -> Either:
+        made.append(Either(kind, *args, **kwargs))
+        return made[-1]
+
+    yield build
+    for either in made:
+        either.stop()
+
+
+@pytest.fixture
+def either(fleet: Fleet, make: Callable[..., Either]) -> Either:
+    """A client of each kind (the test runs twice) on ``fleet``."""
+    return make(fleet.redis_url, namespace=fleet.namespace)

@@ -1,114 +1,23 @@
-"""Producer behaviour, the same through ToolClient and AsyncToolClient (every test runs on both).
-
-:class:`Either` is one blocking facade over the two: the async client runs on an event
-loop of its own thread, as in an application, and each method waits for its coroutine.
-"""
+"""Producer behaviour, the same through ToolClient and AsyncToolClient (every test runs on both,
+through the blocking facade :class:`conftest.Either`), and the shells' share-nothing check."""
 
 from __future__ import annotations
 
 import ast
-import asyncio
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
 
-from conftest import IDLE, Fleet
-from toolfleet.producer import AsyncToolClient, ToolClient
-from toolfleet.shared import BackpressureError, ClientError, Settings, Status, ToolCallResult
+from conftest import IDLE, Either, Fleet
+from toolfleet.shared import BackpressureError, ClientError, Settings, Status
 
 G = "ext_guarantee_"
 F = "ext_fleet_test_"
-KINDS = ["sync", "async"]
 PRODUCER = Path(__file__).resolve().parent.parent / "producer"
-
-
-class Either:
-    """A ``ToolClient`` or an ``AsyncToolClient`` behind the same blocking methods."""
-
-    def __init__(self, kind: str, *args: Any, **kwargs: Any) -> None:
-        self.kind = kind
-        self._loop: asyncio.AbstractEventLoop | None = None
-        if kind == "sync":
-            self.client: Any = ToolClient(*args, **kwargs)
-            return
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        self._thread = threading.Thread(target=loop.run_forever, daemon=True)
-        self._thread.start()
-        self.client = AsyncToolClient(*args, **kwargs)
-
-    def _do(self, value: Any, timeout_s: float = 60.0) -> Any:
-        if self._loop is None:
-            return value
-        return asyncio.run_coroutine_threadsafe(value, self._loop).result(timeout_s)
-
-    def submit(self, function: str, arguments: Any = None, **options: Any) -> Any:
-        return self._do(self.client.submit(function, arguments, **options))
-
-    def call(self, function: str, arguments: Any = None, **options: Any) -> ToolCallResult:
-        return self._do(self.client.call(function, arguments, **options))  # type: ignore[no-any-return]
-
-    def dispatch(self, tool_calls: Any, **options: Any) -> list[dict[str, Any]]:
-        return self._do(self.client.dispatch(tool_calls, **options))  # type: ignore[no-any-return]
-
-    def cancel(self, call_id: str) -> bool:
-        return bool(self._do(self.client.cancel(call_id)))
-
-    def close(self, wait: bool = True) -> None:
-        self._do(self.client.close(wait=wait))
-
-    def result(self, future: Any, timeout_s: float = 60.0) -> ToolCallResult:
-        if self._loop is None:
-            return future.result(timeout_s)  # type: ignore[no-any-return]
-
-        async def wait() -> ToolCallResult:
-            return await asyncio.shield(future)  # type: ignore[no-any-return]
-
-        return self._do(wait(), timeout_s)  # type: ignore[no-any-return]
-
-    def when_done(self, future: Any, callback: Callable[[Any], object]) -> None:
-        if self._loop is None:
-            future.add_done_callback(callback)
-        else:
-            self._loop.call_soon_threadsafe(future.add_done_callback, callback)
-
-    @property
-    def in_flight(self) -> int:
-        return int(self.client.in_flight)
-
-    def stop(self) -> None:
-        """Close the client (if open) and its loop."""
-        self.close()
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(5)
-            self._loop.close()
-
-
-@pytest.fixture(params=KINDS)
-def kind(request: pytest.FixtureRequest) -> str:
-    """Each test runs with the sync client and with the async one."""
-    return str(request.param)
-
-
-@pytest.fixture
-def make(kind: str) -> Iterator[Callable[..., Either]]:
-    """Build clients of this test's kind; all are closed at the end."""
-    made: list[Either] = []
-
-    def build(*args: Any, **kwargs: Any) -> Either:
-        made.append(Either(kind, *args, **kwargs))
-        return made[-1]
-
-    yield build
-    for either in made:
-        either.stop()
 
 
 @pytest.fixture

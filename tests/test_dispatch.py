@@ -1,13 +1,13 @@
-"""Whole-turn dispatch of recorded OpenAI and Anthropic messages through a real fleet."""
+"""Whole-turn dispatch of recorded OpenAI and Anthropic messages through a real fleet, by each
+client (every test runs with ``ToolClient`` and with ``AsyncToolClient``)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +22,8 @@ from openai.types.responses import Response, ResponseInputParam
 from openai.types.responses.response_input_param import FunctionCallOutput
 from pydantic import TypeAdapter
 
-from conftest import Fleet, start_fleet
-from toolfleet.producer import AsyncToolClient, CallEvent, ToolClient
+from conftest import Either, Fleet, start_fleet
+from toolfleet.producer import CallEvent
 from toolfleet.shared import ClientError, Status
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -39,7 +39,7 @@ def _contents(messages: list[dict[str, Any]], key: str = "content") -> list[Any]
     return [json.loads(m[key]) for m in messages]
 
 
-def _timed_dispatch(client: ToolClient, source: Any, **kwargs: Any) -> tuple[list[Any], float]:
+def _timed_dispatch(client: Either, source: Any, **kwargs: Any) -> tuple[list[Any], float]:
     started = time.monotonic()
     messages = client.dispatch(source, timeout_s=TURN_TIMEOUT_S, **kwargs)
     return messages, time.monotonic() - started
@@ -65,7 +65,7 @@ def _check_chat(completion: dict[str, Any], messages: list[dict[str, Any]]) -> N
 
 
 @pytest.mark.parametrize("shape", ["completion", "sdk-message", "sdk-tool-calls"])
-def test_chat_completions_turn_round_trips(client: ToolClient, shape: str) -> None:
+def test_chat_completions_turn_round_trips(either: Either, shape: str) -> None:
     """A recorded Chat Completions turn (dict or openai objects) gets one tool message per
     call, in order, the slow call a timeout at the turn's deadline."""
     completion = _fixture("openai_chat_completion.json")
@@ -75,33 +75,17 @@ def test_chat_completions_turn_round_trips(client: ToolClient, shape: str) -> No
         "sdk-message": message,
         "sdk-tool-calls": message.tool_calls,
     }[shape]
-    messages, elapsed = _timed_dispatch(client, source)
+    messages, elapsed = _timed_dispatch(either, source)
     _check_chat(completion, messages)
     assert TURN_TIMEOUT_S <= elapsed < TURN_TIMEOUT_S + 0.5
 
 
-def test_chat_completions_turn_round_trips_async(fleet: Fleet) -> None:
-    """The async client answers the same Chat Completions turn the same way."""
-    completion = _fixture("openai_chat_completion.json")
-
-    async def run() -> list[dict[str, Any]]:
-        async with AsyncToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
-            return await client.dispatch(completion, timeout_s=TURN_TIMEOUT_S)
-
-    _check_chat(completion, asyncio.run(run()))
-
-
 @pytest.mark.parametrize("sdk", [False, True])
-def test_responses_turn_round_trips(fleet: Fleet, sdk: bool) -> None:
+def test_responses_turn_round_trips(either: Either, sdk: bool) -> None:
     """A recorded Responses turn gets one function_call_output per function_call, in order."""
     response = _fixture("openai_responses_response.json")
     source = Response.model_validate(response) if sdk else response
-
-    async def run() -> list[dict[str, Any]]:
-        async with AsyncToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
-            return await client.dispatch(source, timeout_s=TURN_TIMEOUT_S)
-
-    outputs = asyncio.run(run())
+    outputs = either.dispatch(source, timeout_s=TURN_TIMEOUT_S)
     calls = [item for item in response["output"] if item["type"] == "function_call"]
     assert [o["call_id"] for o in outputs] == [c["call_id"] for c in calls]
     for output in outputs:
@@ -117,12 +101,12 @@ def test_responses_turn_round_trips(fleet: Fleet, sdk: bool) -> None:
 
 
 @pytest.mark.parametrize("sdk", [False, True])
-def test_anthropic_turn_round_trips(client: ToolClient, sdk: bool) -> None:
+def test_anthropic_turn_round_trips(either: Either, sdk: bool) -> None:
     """A recorded Anthropic turn gets one tool_result block per tool_use, in order, with
     is_error set for every status but ok."""
     message = _fixture("anthropic_message.json")
     source = Message.model_validate(message) if sdk else message
-    blocks, elapsed = _timed_dispatch(client, source)
+    blocks, elapsed = _timed_dispatch(either, source)
     uses = [b for b in message["content"] if b["type"] == "tool_use"]
     assert [b["tool_use_id"] for b in blocks] == [u["id"] for u in uses]
     for block in blocks:
@@ -141,10 +125,10 @@ def test_anthropic_turn_round_trips(client: ToolClient, sdk: bool) -> None:
     TypeAdapter(list[MessageParam]).validate_python(conversation)
 
 
-def test_statuses_of_a_turn(client: ToolClient) -> None:
+def test_statuses_of_a_turn(either: Either) -> None:
     """The result events of a turn carry each call's status, one per call."""
     events: list[CallEvent] = []
-    client.dispatch(
+    either.dispatch(
         _fixture("anthropic_message.json"), timeout_s=TURN_TIMEOUT_S, on_event=events.append
     )
     results = sorted((e for e in events if e.kind == "result"), key=lambda e: e.index)
@@ -166,7 +150,7 @@ def _calls(*pairs: tuple[str, str, dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def test_duplicate_ids_and_same_function_calls_each_get_their_own_result(
-    client: ToolClient,
+    either: Either,
 ) -> None:
     """Calls sharing a tool_call_id and calls to one function all run; each result sits in
     its call's position."""
@@ -176,35 +160,35 @@ def test_duplicate_ids_and_same_function_calls_each_get_their_own_result(
         ("call_1", F + "add", {"a": 5, "b": 6}),
         ("call_0", F + "echo", {"text": "x"}),
     )
-    messages = client.dispatch(turn, timeout_s=5)
+    messages = either.dispatch(turn, timeout_s=5)
     assert [m["tool_call_id"] for m in messages] == ["call_0", "call_0", "call_1", "call_0"]
     assert _contents(messages) == [3, 7, 11, {"text": "x", "account": None}]
 
 
-def test_malformed_and_misused_turns(client: ToolClient) -> None:
+def test_malformed_and_misused_turns(either: Either) -> None:
     """A malformed call is answered rejected in its place; input of no known format raises
     ClientError and publishes nothing."""
     turn = [
         {"id": "call_a", "type": "function", "function": {"arguments": "{}"}},
         *_calls(("call_b", F + "add", {"a": 1, "b": 1})),
     ]
-    messages = client.dispatch(turn, timeout_s=5)
+    messages = either.dispatch(turn, timeout_s=5)
     assert "names no function" in json.loads(messages[0]["content"])["error"]
     assert json.loads(messages[1]["content"]) == 2
-    assert client.dispatch([], timeout_s=5) == []
+    assert either.dispatch([], timeout_s=5) == []
     for bad in ("call it", 7, [{"name": "x"}]):
         with pytest.raises(ClientError):
-            client.dispatch(bad)
+            either.dispatch(bad)
     with pytest.raises(ClientError):
-        client.dispatch(turn, timeout_s=0)
+        either.dispatch(turn, timeout_s=0)
     with pytest.raises(ClientError):
-        client.dispatch(turn, context={"nope": 1})
+        either.dispatch(turn, context={"nope": 1})
 
 
-def test_context_reaches_every_call(client: ToolClient) -> None:
+def test_context_reaches_every_call(either: Either) -> None:
     """The turn's context is handed to each call's tool."""
     turn = _calls(("c1", F + "echo", {"text": "a"}), ("c2", F + "echo", {"text": "b"}))
-    messages = client.dispatch(turn, context={"account": "acme"}, timeout_s=5)
+    messages = either.dispatch(turn, context={"account": "acme"}, timeout_s=5)
     assert _contents(messages) == [
         {"text": "a", "account": "acme"},
         {"text": "b", "account": "acme"},
@@ -227,25 +211,19 @@ def partial_fleet(
     fleet.stop()
 
 
-def test_a_call_without_a_live_worker_fails_fast_in_a_turn(partial_fleet: Fleet) -> None:
+def test_a_call_without_a_live_worker_fails_fast_in_a_turn(
+    partial_fleet: Fleet, make: Callable[..., Either]
+) -> None:
     """A turn's call whose queue no worker serves is answered not_available within 0.1 s while
-    the turn's other calls run normally (async stream and sync callback)."""
+    the turn's other calls run normally (streamed, and handed to a callback)."""
     turn = _calls(
         ("call_0", F + "async_sleep", {"seconds": 0.4}),
         ("call_1", "ext_bfcl_math_factorial", {"n": 10}),
         ("call_2", F + "add", {"a": 2, "b": 3}),
     )
-
-    async def run() -> tuple[float, list[CallEvent], list[dict[str, Any]]]:
-        async with AsyncToolClient(partial_fleet.redis_url, namespace=partial_fleet.namespace) as c:
-            started = time.time()
-            events: list[CallEvent] = []
-            async with c.stream(turn, timeout_s=5) as stream:
-                async for event in stream:
-                    events.append(event)
-            return started, events, stream.messages
-
-    started, events, messages = asyncio.run(run())
+    client = make(partial_fleet.redis_url, namespace=partial_fleet.namespace)
+    started = time.time()
+    events, messages = client.stream(turn, timeout_s=5)
     refused = [e for e in events if e.index == 1]
     assert [e.kind for e in refused] == ["result"]  # never queued
     assert refused[0].status is Status.NOT_AVAILABLE
@@ -255,12 +233,9 @@ def test_a_call_without_a_live_worker_fails_fast_in_a_turn(partial_fleet: Fleet)
     last = max(e.received_at for e in events)
     assert last - started >= 0.4  # the others ran normally
 
-    with ToolClient(partial_fleet.redis_url, namespace=partial_fleet.namespace) as client:
-        seen: list[tuple[float, CallEvent]] = []
-        started = time.time()
-        messages = client.dispatch(
-            turn, timeout_s=5, on_event=lambda e: seen.append((time.time(), e))
-        )
-        refused_at = next(t for t, e in seen if e.index == 1 and e.kind == "result")
-        assert refused_at - started < 0.1
-        assert _contents(messages)[0::2] == [0.4, 5]
+    seen: list[tuple[float, CallEvent]] = []
+    started = time.time()
+    messages = client.dispatch(turn, timeout_s=5, on_event=lambda e: seen.append((time.time(), e)))
+    refused_at = next(t for t, e in seen if e.index == 1 and e.kind == "result")
+    assert refused_at - started < 0.1
+    assert _contents(messages)[0::2] == [0.4, 5]
