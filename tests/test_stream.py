@@ -1,4 +1,8 @@
-"""Streaming a turn's call events (queued, running, progress, result) from a real fleet."""
+"""Streaming a turn's call events (queued, running, progress, result) from a real fleet.
+
+Every test runs with ``ToolClient`` and with ``AsyncToolClient`` (through
+:class:`conftest.Either`) but one: awaiting a coroutine callback is the async client's own.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from conftest import Fleet
-from toolfleet.producer import AsyncToolClient, CallEvent, ToolClient
+from conftest import Either, Fleet
+from toolfleet.producer import AsyncToolClient, CallEvent
 from toolfleet.shared import Status
 from toolfleet.shared.wire import ReplyEnvelope
 
@@ -27,19 +31,10 @@ def _turn(*calls: tuple[str, str, dict[str, Any]]) -> list[dict[str, Any]]:
 PROGRESS = _turn(("call_p", F + "progress", {"steps": 4, "pause_s": 0.3}))
 
 
-def _stream(fleet: Fleet, turn: Any, timeout_s: float = 10) -> tuple[list[CallEvent], Any]:
-    async def run() -> tuple[list[CallEvent], Any]:
-        async with AsyncToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
-            events = [event async for event in client.stream(turn, timeout_s=timeout_s)]
-            return events, await client.dispatch(turn, timeout_s=timeout_s)
-
-    return asyncio.run(run())
-
-
-def test_stream_yields_queued_running_progress_result_while_the_tool_runs(fleet: Fleet) -> None:
+def test_stream_yields_queued_running_progress_result_while_the_tool_runs(either: Either) -> None:
     """A progress-reporting tool streams queued → running → progress ×4 → result, in order, each
     event reaching the client while the tool still runs, with the tool's descriptions."""
-    events, _ = _stream(fleet, PROGRESS)
+    events, _ = either.stream(PROGRESS, timeout_s=10)
     assert [e.kind for e in events] == ["queued", "running", *["progress"] * 4, "result"]
     assert {(e.index, e.tool_call_id, e.function) for e in events} == {
         (0, "call_p", F + "progress")
@@ -59,20 +54,20 @@ def test_stream_yields_queued_running_progress_result_while_the_tool_runs(fleet:
         assert worker_event.received_at - worker_event.at < 0.5
 
 
-def test_sync_dispatch_hands_events_to_a_callback_on_the_callers_thread(fleet: Fleet) -> None:
-    """dispatch(on_event=...) calls back on the caller's thread with the same ordered events."""
+def test_dispatch_hands_events_to_a_callback_on_the_clients_thread(either: Either) -> None:
+    """dispatch(on_event=...) calls back with the same ordered events on the caller's thread
+    (ToolClient) or the loop's (AsyncToolClient)."""
     seen: list[tuple[int, CallEvent]] = []
-    with ToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
-        messages = client.dispatch(
-            PROGRESS, timeout_s=10, on_event=lambda e: seen.append((threading.get_ident(), e))
-        )
-    assert {ident for ident, _ in seen} == {threading.get_ident()}
+    messages = either.dispatch(
+        PROGRESS, timeout_s=10, on_event=lambda e: seen.append((threading.get_ident(), e))
+    )
+    assert {ident for ident, _ in seen} == {either.thread}
     kinds = [e.kind for _, e in seen]
     assert kinds == ["queued", "running", *["progress"] * 4, "result"]
     assert messages == [seen[-1][1].message]
 
 
-def test_interleaved_calls_each_keep_their_order_and_one_result(fleet: Fleet) -> None:
+def test_interleaved_calls_each_keep_their_order_and_one_result(either: Either) -> None:
     """In a mixed turn every call's events stay in order and end with exactly one result; the
     stream's messages equal what dispatch returns."""
     turn = _turn(
@@ -81,14 +76,8 @@ def test_interleaved_calls_each_keep_their_order_and_one_result(fleet: Fleet) ->
         ("c", "no_such_tool", {}),
         ("d", F + "progress", {"steps": 3, "pause_s": 0.25}),
     )
-
-    async def run() -> tuple[list[CallEvent], list[dict[str, Any]], list[dict[str, Any]]]:
-        async with AsyncToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
-            stream = client.stream(turn, timeout_s=10)
-            events = [event async for event in stream]
-            return events, stream.messages, await client.dispatch(turn, timeout_s=10)
-
-    events, streamed, dispatched = asyncio.run(run())
+    events, streamed = either.stream(turn, timeout_s=10)
+    dispatched = either.dispatch(turn, timeout_s=10)
     by_call = {i: [e.kind for e in events if e.index == i] for i in range(4)}
     assert by_call[0] == ["queued", "running", "progress", "progress", "result"]
     assert by_call[1] == ["queued", "running", "result"]
@@ -103,37 +92,29 @@ def test_interleaved_calls_each_keep_their_order_and_one_result(fleet: Fleet) ->
     assert streamed == dispatched
 
 
-def test_leaving_a_stream_early_cancels_its_calls(fleet: Fleet) -> None:
-    """Breaking out of `async with client.stream(...)` cancels the calls still running."""
-
-    async def run() -> tuple[int, Any]:
-        async with AsyncToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
-            turn = _turn(("long", F + "progress", {"steps": 30, "pause_s": 0.25}))
-            async with client.stream(turn, timeout_s=20) as events:
-                async for event in events:
-                    if event.kind == "progress":
-                        break
-            left = client.in_flight
-            after = await client.dispatch(_turn(("x", F + "add", {"a": 1, "b": 1})), timeout_s=5)
-            return left, after
-
-    left, after = asyncio.run(run())
-    assert left == 0
+def test_leaving_a_stream_early_cancels_its_calls(either: Either) -> None:
+    """Breaking out of `(async) with client.stream(...)` cancels the calls still running."""
+    turn = _turn(("long", F + "progress", {"steps": 30, "pause_s": 0.25}))
+    either.stream(turn, stop=lambda event: event.kind == "progress", timeout_s=20)
+    assert either.in_flight == 0
+    after = either.dispatch(_turn(("x", F + "add", {"a": 1, "b": 1})), timeout_s=5)
     assert after[0]["content"] == "2"
 
 
-def test_a_raising_callback_cancels_the_turn_and_propagates(fleet: Fleet) -> None:
+def test_a_raising_callback_cancels_the_turn_and_propagates(either: Either) -> None:
     """An exception from on_event cancels the turn's running calls and reaches the caller."""
+    # KeyboardInterrupt for the sync client; on an event loop asyncio re-raises it out of the
+    # loop itself, so the async client's callback raises an ordinary error
+    error = KeyboardInterrupt if either.kind == "sync" else RuntimeError
 
     def stop(event: CallEvent) -> None:
         if event.kind == "running":
-            raise KeyboardInterrupt
+            raise error
 
-    with ToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
-        turn = _turn(("long", F + "progress", {"steps": 30, "pause_s": 0.25}))
-        with pytest.raises(KeyboardInterrupt):
-            client.dispatch(turn, timeout_s=20, on_event=stop)
-        assert client.in_flight == 0
+    turn = _turn(("long", F + "progress", {"steps": 30, "pause_s": 0.25}))
+    with pytest.raises(error):
+        either.dispatch(turn, timeout_s=20, on_event=stop)
+    assert either.in_flight == 0
 
 
 def test_async_dispatch_awaits_a_coroutine_callback(fleet: Fleet) -> None:
@@ -153,18 +134,18 @@ def test_async_dispatch_awaits_a_coroutine_callback(fleet: Fleet) -> None:
     assert messages[0]["content"] == "4"
 
 
-def test_no_events_are_requested_when_nobody_streams(fleet: Fleet) -> None:
+def test_no_events_are_requested_when_nobody_streams(either: Either) -> None:
     """A plain dispatch publishes requests with events off: only result envelopes come back."""
-    with ToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
-        types: list[str] = []
-        deliver = client._listener._deliver
+    listener = either.client._listener
+    types: list[str] = []
+    deliver = listener._deliver
 
-        def recording(batch: list[bytes]) -> None:
-            types.extend(ReplyEnvelope.decode(data).type for data in batch)
-            deliver(batch)
+    def recording(batch: list[bytes]) -> None:
+        types.extend(ReplyEnvelope.decode(data).type for data in batch)
+        deliver(batch)
 
-        client._listener._deliver = recording  # type: ignore[method-assign]
-        assert client.dispatch(PROGRESS, timeout_s=10)[0]["content"] == "4"
-        assert types == ["result"]
-        client.dispatch(PROGRESS, timeout_s=10, on_event=lambda e: None)
-        assert types.count("event") == 5
+    listener._deliver = recording
+    assert either.dispatch(PROGRESS, timeout_s=10)[0]["content"] == "4"
+    assert types == ["result"]
+    either.dispatch(PROGRESS, timeout_s=10, on_event=lambda e: None)
+    assert types.count("event") == 5
