@@ -1,4 +1,10 @@
-"""AsyncToolClient on redis.asyncio, clients shared by many tasks and threads, backpressure."""
+"""AsyncToolClient on redis.asyncio, clients shared by many tasks and threads, backpressure.
+
+What stays one client's here is its own: the async client's connection pool and memory per
+call, tasks sharing it, task cancellation, its event-loop binding, and its frozen-Redis
+deadline with calls gathered on one loop; threads sharing the sync client. Listing the
+catalog runs with both clients (through :class:`conftest.Either`).
+"""
 
 from __future__ import annotations
 
@@ -17,7 +23,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from conftest import IDLE, IDLE_QUEUE, Fleet
+from conftest import IDLE, IDLE_QUEUE, Either, Fleet
 from toolfleet.producer import AsyncToolClient, ToolClient
 from toolfleet.producer.async_client import COMMAND_CONNECTIONS
 from toolfleet.shared import ClientError, Status, codec
@@ -185,14 +191,9 @@ def test_a_client_is_bound_to_its_event_loop(fleet: Fleet) -> None:
     asyncio.run(second())
 
 
-def test_tools_lists_the_catalog(fleet: Fleet) -> None:
+def test_tools_lists_the_catalog(either: Either) -> None:
     """tools() returns the fleet's tools in the requested format."""
-
-    async def run() -> list[dict[str, Any]]:
-        async with AsyncToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
-            return await client.tools(format="anthropic")
-
-    names = {t["name"] for t in asyncio.run(run())}
+    names = {t["name"] for t in either.tools(format="anthropic")}
     assert {F + "add", FACTORIAL} <= names
 
 
