@@ -1,9 +1,10 @@
 """AsyncToolClient on redis.asyncio, clients shared by many tasks and threads, backpressure.
 
 What stays one client's here is its own: the async client's connection pool and memory per
-call, tasks sharing it, task cancellation, its event-loop binding, and its frozen-Redis
-deadline with calls gathered on one loop; threads sharing the sync client. Listing the
-catalog runs with both clients (through :class:`conftest.Either`).
+call, tasks sharing it, task cancellation and its event-loop binding; threads sharing the sync
+client. The frozen-Redis deadline is held by the async client only: the sync client's
+publish waits out ``redis_timeout_s`` rather than the call's deadline. Listing the catalog
+runs with both clients (through :class:`conftest.Either`).
 """
 
 from __future__ import annotations
