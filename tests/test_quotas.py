@@ -156,6 +156,14 @@ def test_per_function_quota_limits_only_that_function(fleet: Fleet, client: Tool
     assert held.result().status == Status.OK
 
 
+def test_limits_cli_names_each_refused_option_and_why(fleet: Fleet) -> None:
+    """An out-of-range option is a usage error naming the option and the bound it breaks."""
+    out = _cli(fleet, "set", "tenant-bad", "--in-flight", "0", "--weight", "-1")
+    assert out.returncode == 2, out
+    assert "--in-flight: Input should be greater than or equal to 1" in out.stderr, out.stderr
+    assert "--weight: Input should be greater than 0" in out.stderr, out.stderr
+
+
 def test_limits_cli_sets_lists_and_deletes_quotas(fleet: Fleet, client: ToolClient) -> None:
     """`toolfleet limits set|list|delete` changes the quota the next call meets."""
     assert _cli(fleet, "set", "tenant-cli", "--per-s", "0.5", "--burst", "1").returncode == 0

@@ -45,7 +45,7 @@ def limits_set(
     try:
         quota = Quota(in_flight=in_flight, per_s=per_s, burst=burst, weight=weight)
     except ValidationError as exc:
-        raise click.BadParameter(str(exc).splitlines()[-1]) from None
+        raise click.BadParameter(_problems(exc)) from None
     if quota == Quota():
         raise click.UsageError("give at least one of --in-flight, --per-s, --burst, --weight")
     client: redis.Redis = ctx.obj.redis()
@@ -109,3 +109,11 @@ def _cells(quota: Quota) -> list[str]:
 def _describe(quota: Quota) -> str:
     parts = quota.model_dump(exclude_none=True)
     return ", ".join(f"{name}={value:g}" for name, value in parts.items())
+
+
+def _problems(exc: ValidationError) -> str:
+    """Each refused option and why, e.g. ``--in-flight: Input should be greater than ...``."""
+    return "; ".join(
+        f"--{'.'.join(map(str, error['loc'])).replace('_', '-')}: {error['msg']}"
+        for error in exc.errors()
+    )
