@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -131,3 +133,25 @@ def test_idempotent_hint_counts_only_when_the_manifest_agrees(tmp_path: Path, tr
     finally:
         registry.close()
         pipeline.close()
+
+
+@pytest.mark.parametrize(
+    ("asked", "budget"),
+    [(5, 5.0), (10**400, 60.0), (-(10**400), 10.0), (float("nan"), 10.0), (0, 10.0)],
+    ids=["in-range", "int-too-large-for-a-float", "-int-too-large", "nan", "zero"],
+)
+def test_the_gateway_keeps_a_requested_timeout_within_its_bounds(
+    redis_url: str, asked: Any, budget: float
+) -> None:
+    """A request's ``toolfleet/timeout_s`` is capped at ``max_timeout_s``, even an integer
+    too large for a float (no ``OverflowError``); a non-positive or NaN one takes the default."""
+    from toolfleet.producer import AsyncToolClient
+    from toolfleet.producer.mcp import TIMEOUT_META_KEY
+    from toolfleet.producer.mcp.gateway import Gateway, GatewayConfig
+
+    async def scenario() -> float:
+        async with AsyncToolClient(redis_url, namespace=f"tfgw-{uuid.uuid4().hex[:6]}") as client:
+            gateway = Gateway(client, GatewayConfig(default_timeout_s=10, max_timeout_s=60))
+            return gateway._timeout_s({TIMEOUT_META_KEY: asked})
+
+    assert asyncio.run(scenario()) == budget

@@ -252,6 +252,10 @@ class Gateway:
         asked = (meta or {}).get(TIMEOUT_META_KEY)
         if isinstance(asked, bool) or not isinstance(asked, (int, float)):
             return self.config.default_timeout_s
+        try:
+            asked = float(asked)
+        except OverflowError:  # an int too large for a float: far past the cap, or below 0
+            return self.config.default_timeout_s if asked < 0 else self.config.max_timeout_s
         if not math.isfinite(asked) or asked <= 0:
             return self.config.default_timeout_s
         return float(min(asked, self.config.max_timeout_s))
