@@ -1,4 +1,10 @@
-"""Clients made before ``fork()`` work in the child: own identity, connections, threads."""
+"""Clients made before ``fork()`` work in the child: own identity, connections, threads.
+
+Each test is one client's, because the two follow a fork differently: the sync client
+restarts its listener threads and keeps a caller's redis client (redis-py pools are
+fork-aware); the async client binds to the child's first event loop and refuses a caller's
+``redis.asyncio`` pool, which is neither fork- nor loop-aware.
+"""
 
 from __future__ import annotations
 
