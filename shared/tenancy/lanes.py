@@ -23,6 +23,13 @@ Why lanes, and why this shape (on Dramatiq's Redis layout):
   worker still blocks on the one queue list while it is empty. A message enqueued by
   plain Dramatiq (no lanes) is served too.
 
+Per-account weights are not offered. A lane is shared by the accounts that hash into
+it and lanes are served one message each in turn, so a weight could only be a lane's,
+and weighting a lane favours every account sharing it, not the one weighted; weighting
+the account itself needs per-account state in the fetch, which is what lanes avoid.
+An account that must get more (or less) of the fleet is given it with quotas
+(:mod:`.quotas`: calls in flight, calls per second).
+
 Slot queues of session affinity carry one conversation each and use no lanes.
 """
 

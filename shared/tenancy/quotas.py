@@ -55,7 +55,6 @@ class Quota(BaseModel):
         per_s: calls per second, sustained.
         burst: calls allowed at once above the sustained rate (default: ``per_s``
             rounded up, at least 1).
-        weight: reserved for weighted fairness (recorded, shown; lanes are unweighted).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -63,7 +62,6 @@ class Quota(BaseModel):
     in_flight: int | None = Field(default=None, ge=1)
     per_s: float | None = Field(default=None, gt=0)
     burst: int | None = Field(default=None, ge=1)
-    weight: float | None = Field(default=None, gt=0)
 
 
 def quota_scopes(account: str | None, function: str) -> list[str]:

@@ -31,7 +31,6 @@ def limits() -> None:
 @click.option("--in-flight", type=int, default=None, help="Most calls in flight at once.")
 @click.option("--per-s", type=float, default=None, help="Calls per second, sustained.")
 @click.option("--burst", type=int, default=None, help="Calls at once above the rate.")
-@click.option("--weight", type=float, default=None, help="Recorded for weighted fairness.")
 @click.pass_context
 def limits_set(
     ctx: click.Context,
@@ -39,15 +38,14 @@ def limits_set(
     in_flight: int | None,
     per_s: float | None,
     burst: int | None,
-    weight: float | None,
 ) -> None:
     """Set the quota of SCOPE (the options given replace the whole quota)."""
     try:
-        quota = Quota(in_flight=in_flight, per_s=per_s, burst=burst, weight=weight)
+        quota = Quota(in_flight=in_flight, per_s=per_s, burst=burst)
     except ValidationError as exc:
         raise click.BadParameter(_problems(exc)) from None
     if quota == Quota():
-        raise click.UsageError("give at least one of --in-flight, --per-s, --burst, --weight")
+        raise click.UsageError("give at least one of --in-flight, --per-s, --burst")
     client: redis.Redis = ctx.obj.redis()
     try:
         client.hset(limits_key(ctx.obj.settings.namespace), scope, quota.model_dump_json(
@@ -83,12 +81,12 @@ def limits_list(ctx: click.Context) -> None:
         raw: dict[bytes, bytes] = client.hgetall(limits_key(settings.namespace))  # type: ignore[assignment]
     finally:
         client.close()
-    table = Table("scope", "in flight", "per s", "burst", "weight", "source")
+    table = Table("scope", "in flight", "per s", "burst", "source")
     for scope, data in sorted((k.decode(), v) for k, v in raw.items()):
         try:
             quota = Quota.model_validate_json(data)
         except ValidationError:
-            table.add_row(scope, "?", "?", "?", "?", "unreadable")
+            table.add_row(scope, "?", "?", "?", "unreadable")
             continue
         table.add_row(scope, *_cells(quota), "set")
     if DEFAULT_SCOPE.encode() not in raw:
@@ -102,8 +100,7 @@ def limits_list(ctx: click.Context) -> None:
 
 
 def _cells(quota: Quota) -> list[str]:
-    return ["-" if v is None else f"{v:g}" for v in (quota.in_flight, quota.per_s, quota.burst,
-                                                      quota.weight)]  # fmt: skip
+    return ["-" if v is None else f"{v:g}" for v in (quota.in_flight, quota.per_s, quota.burst)]
 
 
 def _describe(quota: Quota) -> str:
