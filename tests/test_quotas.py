@@ -158,10 +158,17 @@ def test_per_function_quota_limits_only_that_function(fleet: Fleet, client: Tool
 
 def test_limits_cli_names_each_refused_option_and_why(fleet: Fleet) -> None:
     """An out-of-range option is a usage error naming the option and the bound it breaks."""
-    out = _cli(fleet, "set", "tenant-bad", "--in-flight", "0", "--weight", "-1")
+    out = _cli(fleet, "set", "tenant-bad", "--in-flight", "0", "--per-s", "-1")
     assert out.returncode == 2, out
     assert "--in-flight: Input should be greater than or equal to 1" in out.stderr, out.stderr
-    assert "--weight: Input should be greater than 0" in out.stderr, out.stderr
+    assert "--per-s: Input should be greater than 0" in out.stderr, out.stderr
+
+
+def test_limits_cli_offers_no_weight(fleet: Fleet) -> None:
+    """Lanes are unweighted, so `limits set` has no --weight to record and ignore."""
+    out = _cli(fleet, "set", "tenant-w", "--weight", "2")
+    assert out.returncode == 2 and "No such option '--weight'" in out.stderr, out
+    assert "tenant-w" not in _cli(fleet, "list").stdout
 
 
 def test_limits_cli_sets_lists_and_deletes_quotas(fleet: Fleet, client: ToolClient) -> None:
