@@ -7,8 +7,9 @@ The producer writes the marker in two cases, and the worker must tell them apart
   stops the call and posts ``canceled``.
 - :data:`RESOLVED` (any other value, including the legacy ``b"1"``): the producer that made
   the call has resolved it itself (a local cancel, or its deadline passed). The worker
-  stops or skips the call, records its outcome (``canceled``, or ``expired`` past the
-  deadline) and posts no reply: nobody reads it.
+  stops or skips the call, records its outcome (``canceled``; past the deadline,
+  ``timeout`` for a call it stops and ``expired`` for one it skips) and posts no reply:
+  nobody reads it.
 """
 
 from __future__ import annotations

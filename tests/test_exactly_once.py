@@ -14,8 +14,8 @@ import redis
 from conftest import Fleet, start_fleet
 from toolfleet.producer import ToolClient
 from toolfleet.producer.publish import encode_message
-from toolfleet.shared import Status
-from toolfleet.shared.naming import outcome_key
+from toolfleet.shared import Status, codec
+from toolfleet.shared.naming import events_key, outcome_key
 from toolfleet.shared.wire import ReplyEnvelope, ToolCallRequest, new_call_id
 
 QUEUE = "tools.promise"
@@ -148,4 +148,40 @@ def test_calls_the_producer_resolved_get_no_worker_reply_and_late_pickups_are_ex
     assert recorded is not None and recorded.status is Status.EXPIRED
     assert r.get(key) is None  # never ran
     r.delete(key, f"{key}-busy")
+    r.close()
+
+
+def test_a_running_call_past_its_deadline_is_recorded_timeout_not_canceled(
+    once_fleet: Fleet,
+) -> None:
+    """A running call the producer resolves at its deadline is stopped by the worker and
+    recorded, logged and counted ``timeout``: a deadline expiry is no cancellation."""
+    r = redis.Redis.from_url(once_fleet.redis_url)
+    ns = once_fleet.namespace
+    with ToolClient(once_fleet.redis_url, namespace=ns) as client:
+        # Given a call of a 30 s tool that a cancel stops, with a 1.5 s client timeout
+        future = client.submit("ext_promise_wait", {}, timeout_s=1.5)
+        # When its deadline passes while it runs
+        assert future.result().status is Status.TIMEOUT
+        call_id = future.call_id
+        # Then the worker stops it and records its outcome as timeout
+        outcome = None
+        give_up = time.monotonic() + 15
+        while outcome is None and time.monotonic() < give_up:
+            outcome = r.get(outcome_key(ns, call_id))
+            time.sleep(0.1)
+        assert outcome is not None
+        recorded = ReplyEnvelope.decode(outcome).result
+        assert recorded is not None and recorded.status is Status.TIMEOUT
+        assert recorded.worker is not None  # stopped by a worker, not left to the watchdog
+        assert client.late_replies == 0
+    # and its tool_responded event (what the fleet's call metrics count) and its log say so
+    responded = [
+        codec.loads(fields[b"event"])
+        for _, fields in r.xrange(events_key(ns))
+        if codec.loads(fields[b"event"]).get("id") == call_id
+    ]
+    assert [event["status"] for event in responded] == ["timeout"]
+    assert f"ext_promise_wait {call_id}: timeout" in once_fleet.log()
+    assert f"ext_promise_wait {call_id}: canceled" not in once_fleet.log()
     r.close()

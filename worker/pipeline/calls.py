@@ -6,7 +6,8 @@ Every status a worker answers is decided here, from the cheapest check to the ru
 state), :meth:`CallPipeline.after_claim` with what the claim read (``canceled``,
 ``expired``, ``crashed`` for a call whose worker died), and :meth:`CallPipeline.call`
 for the rest (switches as read with the claim, ``invalid_arguments``, then the run:
-``ok``, ``tool_error``, ``crashed``, ``timeout``, ``canceled``).
+``ok``, ``tool_error``, ``crashed``, ``timeout``, ``canceled``; a call stopped by a cancel
+after its deadline passed is ``timeout``: the producer resolved it at the deadline).
 """
 
 from __future__ import annotations
@@ -386,6 +387,9 @@ class CallPipeline:
         timings: dict[str, Any],
     ) -> ToolCallResult:
         if outcome.canceled:
+            if request.deadline <= time.time():  # the producer resolved it at its deadline
+                message = "the call's deadline passed while it ran"
+                return self._failure(request, Status.TIMEOUT, message, timings)
             return self._failure(request, Status.CANCELED, "the call was canceled", timings)
         if outcome.timed_out:
             message = f"the tool did not finish within {limit_s:.3g} s"
