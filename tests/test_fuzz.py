@@ -249,3 +249,42 @@ def test_redis_restart_never_answers_unknown_function_for_a_served_tool(tmp_path
             assert statuses.get("ok", 0) >= 20, statuses
         finally:
             fleet.stop()
+
+
+def test_a_reply_address_with_a_lone_surrogate_is_refused_in_one_log_line(
+    fuzz_fleet: Fleet,
+) -> None:
+    """A raw message whose reply_to holds a lone surrogate (no Redis key can be named
+    with it) gets no reply, leaves the queue clean, and is logged in one line saying what
+    was refused and why, without a traceback."""
+    ns = fuzz_fleet.namespace
+    r = redis.Redis.from_url(fuzz_fleet.redis_url)
+    start = len(fuzz_fleet.log())
+    call_id = str(uuid.uuid4())
+    request = {
+        "id": call_id, "function": ECHO, "arguments": {"text": "x"},
+        "reply_to": f"{ns}:reply:\ud800", "deadline": time.time() + 60, "timeout_s": 60.0,
+    }  # fmt: skip
+    redis_id = str(uuid.uuid4())
+    message = {
+        "queue_name": TEST_QUEUE, "actor_name": actor_name_for(TEST_QUEUE),
+        "args": [json.dumps(request)], "kwargs": {},
+        "options": {"redis_message_id": redis_id}, "message_id": str(uuid.uuid4()),
+        "message_timestamp": int(time.time() * 1000),
+    }  # fmt: skip
+    r.hset(f"{ns}:{TEST_QUEUE}.msgs", redis_id, _dumps(message))
+    r.rpush(f"{ns}:{TEST_QUEUE}", redis_id)
+    deadline = time.monotonic() + 20
+    logged: list[str] = []
+    while time.monotonic() < deadline and not (
+        logged and not r.hexists(f"{ns}:{TEST_QUEUE}.msgs", redis_id)
+    ):
+        time.sleep(0.2)
+        logged = [line for line in fuzz_fleet.log()[start:].splitlines() if call_id in line]
+    time.sleep(1.0)  # any traceback of its handling is in the log by now
+    new = fuzz_fleet.log()[start:]
+    assert not r.hexists(f"{ns}:{TEST_QUEUE}.msgs", redis_id), "the message was left behind"
+    assert len(logged) == 1, logged
+    assert "reply_to" in logged[0] and "surrogate" in logged[0], logged[0]
+    assert "Traceback" not in new, new[-3000:]
+    r.close()

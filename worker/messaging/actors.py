@@ -19,6 +19,7 @@ from toolfleet.worker.pipeline.calls import CallPipeline
 from toolfleet.worker.pipeline.ledger import InlineAck, Ledger, Posted
 from toolfleet.worker.pipeline.observe import Observer
 from toolfleet.worker.pipeline.replies import post_rejection
+from toolfleet.worker.pipeline.surrogates import has_lone_surrogate
 from toolfleet.worker.supervision.logs import call_scope
 
 __all__ = ["MessageHandler", "RejectedMessage", "declare_actors"]
@@ -61,6 +62,9 @@ class MessageHandler:
         ``ack``, when given, is the message's Dramatiq acknowledgement, made in the same
         script that answers the call (the consumer then skips its own round trip).
 
+        A request whose ``reply_to`` or ``id`` holds a lone surrogate (no Redis key can be
+        named with it) is refused in one log line, with no reply.
+
         Raises:
             RejectedMessage: the body is not a request (after answering ``rejected`` when a
                 reply address can be read), so that Dramatiq dead-letters it.
@@ -72,6 +76,15 @@ class MessageHandler:
         except (codec.DecodeError, ValidationError, codec.EncodeError) as exc:
             self._reject_undecodable(raw, exc)
             raise RejectedMessage(str(exc)[:500]) from None
+        unnameable = [
+            name for name in ("reply_to", "id") if has_lone_surrogate(getattr(request, name))
+        ]
+        if unnameable:  # no Redis key (claim, outcome, reply list) can be named with it
+            log.warning(
+                "refused call %r to %r: its %s holds a lone surrogate, so no reply can be posted",
+                request.id, request.function, " and ".join(unnameable),
+            )  # fmt: skip
+            return
         with (
             tracing.consume(request, queue) as trace_ids,
             call_scope(

@@ -14,6 +14,7 @@ import redis
 
 from toolfleet.shared import codec
 from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallResult
+from toolfleet.worker.pipeline.surrogates import has_lone_surrogate
 
 __all__ = ["post_rejection", "push_reply"]
 
@@ -41,7 +42,8 @@ def post_rejection(client: redis.Redis, ttl_s: int, raw: Any, why: str, worker: 
 
     The one place such a reply is built (a decoded request's ``rejected`` comes from
     :meth:`~toolfleet.worker.pipeline.calls.CallPipeline.admit`). Only possible when its
-    ``reply_to`` can be read from the loose JSON.
+    ``reply_to`` can be read from the loose JSON and names a Redis list (no lone
+    surrogate).
 
     Args:
         client: Redis client.
@@ -60,6 +62,8 @@ def post_rejection(client: redis.Redis, ttl_s: int, raw: Any, why: str, worker: 
         except codec.DecodeError:
             return False
     if not isinstance(loose, dict) or not isinstance(loose.get("reply_to"), str):
+        return False
+    if has_lone_surrogate(loose["reply_to"]):  # no Redis list can be named with it
         return False
     tool_call_id = loose.get("tool_call_id")
     result = ToolCallResult(

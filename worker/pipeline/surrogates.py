@@ -4,7 +4,9 @@ A JSON text may carry ``"\\ud800"`` (an escape of half a UTF-16 pair); Python de
 to a one-character string that no UTF-8 encoder accepts. Passed on to a tool, or returned
 in ``result.content``, it breaks the caller's own ``json.dumps``/``orjson.dumps``. The
 worker replaces each lone surrogate with U+FFFD (the Unicode replacement character), in
-arguments before validation and in results before they are posted.
+arguments before validation and in results before they are posted. A name that must stay
+as sent (a reply address, a call id: parts of Redis key names) is not replaced but
+refused: :func:`has_lone_surrogate` tells.
 """
 
 from __future__ import annotations
@@ -12,10 +14,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["REPLACEMENT", "replace_lone_surrogates"]
+__all__ = ["REPLACEMENT", "has_lone_surrogate", "replace_lone_surrogates"]
 
 REPLACEMENT = "\ufffd"
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def has_lone_surrogate(text: str) -> bool:
+    """True when ``text`` holds a lone surrogate (it does not encode as UTF-8)."""
+    return not text.isascii() and _SURROGATE.search(text) is not None
 
 
 def replace_lone_surrogates(value: Any) -> Any:
