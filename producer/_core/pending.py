@@ -273,8 +273,12 @@ class PendingTable:
             return self._pending.pop(call_id, None) if isinstance(call_id, str) else None
 
     def _finish(self, entry: Pending, result: ToolCallResult) -> None:
+        if entry.future.done():
+            return
+        # observed before the caller resumes: its first use imports the metrics module, and
+        # a fork() right after the call must not copy that import half done (a dead lock)
+        observe_call(entry.function, result.status, entry.sent_at)
         if settle(entry.future, result):
-            observe_call(entry.function, result.status, entry.sent_at)
             fire_responded(result, entry.account)
 
     def _result(self, result: ToolCallResult) -> None:
