@@ -24,6 +24,7 @@ from toolfleet.producer._core.calls import REDIS_FAILURES, Arguments
 from toolfleet.producer._core.fleet import queue_foreign_cancel
 from toolfleet.producer._redis import sync_connection, track_forks
 from toolfleet.producer.backpressure import InFlightLimit
+from toolfleet.producer.bounded import DeadlineRunner
 from toolfleet.producer.catalog import CatalogReader
 from toolfleet.producer.events import CallEvent
 from toolfleet.producer.listener import ReplyListener
@@ -108,6 +109,7 @@ class ToolClient(ClientBase):
         self._listener = ReplyListener(lambda: self._connection("reply"), self.reply_to,
                                        self._core.table, self._redis, ns,
                                        settings.reply_ttl_s)  # fmt: skip
+        self._bounded = DeadlineRunner(f"toolfleet-io-{self.client_id}")
         self._start_lock = threading.Lock()
         self._started = False
 
@@ -200,6 +202,7 @@ class ToolClient(ClientBase):
         self._listener.stop()
         with contextlib.suppress(*REDIS_FAILURES):
             self._redis.delete(self.reply_to)
+        self._bounded.close()
         self._redis.close()
 
     def __enter__(self) -> ToolClient:
@@ -232,12 +235,15 @@ class ToolClient(ClientBase):
         return value
 
     def _perform(self, step: core.Step) -> Any:
+        # never past the deadline: it settles the call
         if isinstance(step, core.ReadCatalog):
-            return self._catalog.get(step.functions)
+            functions = step.functions
+            return self._bounded.run(lambda: self._catalog.get(functions), step.deadline)
         if isinstance(step, core.TakeSlot):
             return self._slots.acquire(step.wait_s)
         if isinstance(step, core.Publish):
-            return self._publisher.publish_many(step.items)
+            items = step.items
+            return self._bounded.run(lambda: self._publisher.publish_many(items), step.deadline)
         if isinstance(step, core.MarkResolved):
             return self._listener.mark_within(step.call_ids)
         if isinstance(step, core.ReadExtensionErrors):

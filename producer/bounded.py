@@ -1,0 +1,71 @@
+"""Hold the sync client's blocking Redis I/O to a call's deadline.
+
+``ToolClient``'s connections time out after ``redis_timeout_s``, longer than what is left
+of a short call. :class:`DeadlineRunner` runs a publish or a catalog read on a few
+threads of its own and stops waiting for it when the deadline comes: the caller gets a
+``redis.TimeoutError`` then, while the I/O keeps its connection until redis-py's socket
+timeout ends it (redis-py disconnects a timed-out connection, so the pool never hands
+out one with a reply still due). Work whose deadline passed before a thread took it is
+not started.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import CancelledError, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import TypeVar
+
+import redis
+
+__all__ = ["BOUNDED_THREADS", "DeadlineRunner"]
+
+T = TypeVar("T")
+
+#: Threads one client runs its bounded Redis I/O on.
+BOUNDED_THREADS = 8
+
+
+class DeadlineRunner:
+    """Run blocking Redis I/O, waiting for it no later than a deadline.
+
+    Args:
+        name: thread name prefix.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._pool = ThreadPoolExecutor(BOUNDED_THREADS, thread_name_prefix=name)
+
+    def run(self, work: Callable[[], T], deadline: float | None) -> T:
+        """``work()``'s value, or its error, by ``deadline`` (epoch seconds; ``None``: no bound).
+
+        Raises:
+            redis.TimeoutError: no answer by ``deadline`` (the work may still complete).
+            redis.ConnectionError: the runner was closed before the work ran.
+            Exception: whatever ``work`` raised.
+        """
+        if deadline is None:
+            return work()
+
+        def bounded() -> T:
+            if time.time() >= deadline:
+                raise redis.TimeoutError("the call's deadline passed before Redis was asked")
+            return work()
+
+        closed = redis.ConnectionError("the client closed before Redis was asked")
+        try:
+            future = self._pool.submit(bounded)
+        except RuntimeError:  # shut down
+            raise closed from None
+        try:
+            return future.result(max(0.0, deadline - time.time()))
+        except FutureTimeout:
+            future.cancel()
+            raise redis.TimeoutError("no answer from Redis by the call's deadline") from None
+        except CancelledError:  # dropped unstarted by close()
+            raise closed from None
+
+    def close(self) -> None:
+        """Stop taking work; I/O under way finishes on its own (not waited for)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
