@@ -6,11 +6,13 @@ threads of its own and stops waiting for it when the deadline comes: the caller 
 ``redis.TimeoutError`` then, while the I/O keeps its connection until redis-py's socket
 timeout ends it (redis-py disconnects a timed-out connection, so the pool never hands
 out one with a reply still due). Work whose deadline passed before a thread took it is
-not started.
+not started. The work runs in a copy of the caller's context (``contextvars``), so what the
+caller has current (an OpenTelemetry span, log fields) is current for it too.
 """
 
 from __future__ import annotations
 
+import contextvars
 import time
 from collections.abc import Callable
 from concurrent.futures import CancelledError, ThreadPoolExecutor
@@ -40,6 +42,8 @@ class DeadlineRunner:
     def run(self, work: Callable[[], T], deadline: float | None) -> T:
         """``work()``'s value, or its error, by ``deadline`` (epoch seconds; ``None``: no bound).
 
+        The work runs in a copy of the caller's ``contextvars`` context.
+
         Raises:
             redis.TimeoutError: no answer by ``deadline`` (the work may still complete).
             redis.ConnectionError: the runner was closed before the work ran.
@@ -55,7 +59,7 @@ class DeadlineRunner:
 
         closed = redis.ConnectionError("the client closed before Redis was asked")
         try:
-            future = self._pool.submit(bounded)
+            future = self._pool.submit(contextvars.copy_context().run, bounded)
         except RuntimeError:  # shut down
             raise closed from None
         try:
