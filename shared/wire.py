@@ -187,18 +187,29 @@ class ToolCallResult(BaseModel):
         raise error_class(self.error or self.status.value, result=self)
 
     @classmethod
-    def failure(
-        cls, request: ToolCallRequest, status: Status, message: str, **timings: Any
+    def answering(
+        cls, request: ToolCallRequest, status: Status, content: Any, **timings: Any
     ) -> ToolCallResult:
-        """Build a non-``ok`` result for ``request`` with content ``{"error": message}``."""
+        """Build the result for ``request`` with ``status`` and ``content``.
+
+        ``id``, ``tool_call_id`` and ``function`` are copied from ``request``;
+        ``timings`` are further fields (e.g. ``queued_s=0.0``, in seconds).
+        """
         return cls(
             id=request.id,
             tool_call_id=request.tool_call_id,
             function=request.function,
             status=status,
-            content={"error": message},
+            content=content,
             **timings,
         )
+
+    @classmethod
+    def failure(
+        cls, request: ToolCallRequest, status: Status, message: str, **timings: Any
+    ) -> ToolCallResult:
+        """Build a non-``ok`` result for ``request`` with content ``{"error": message}``."""
+        return cls.answering(request, status, {"error": message}, **timings)
 
 
 class ToolEvent(BaseModel):

@@ -165,14 +165,7 @@ class Refused:
             )
         else:
             status, content = Status.REJECTED, over_quota_content(self.message, self.retry_after_s)
-        return ToolCallResult(
-            id=request.id,
-            tool_call_id=request.tool_call_id,
-            function=request.function,
-            status=status,
-            content=content,
-            queued_s=0.0,
-        )
+        return ToolCallResult.answering(request, status, content, queued_s=0.0)
 
 
 def enqueue_call(

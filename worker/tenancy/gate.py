@@ -77,7 +77,9 @@ class Gate:
                     metrics.BREAKER_REFUSED.labels(function).inc()
                     metrics.BREAKER_OPEN.labels(function).set(1)
                     content = unavailable_content(function, wait)
-                    return _answer(request, Status.NOT_AVAILABLE, content, timings)
+                    return ToolCallResult.answering(
+                        request, Status.NOT_AVAILABLE, content, **timings
+                    )
             if served.concurrency is not None:
                 started = time.monotonic()
                 took = self._take_slot(request, served.concurrency, function, lease_s, canceled)
@@ -89,7 +91,7 @@ class Gate:
                             "the fleet and no slot freed up before the call's deadline"
                         )
                     }
-                    return _answer(request, Status.TIMEOUT, content, timings)
+                    return ToolCallResult.answering(request, Status.TIMEOUT, content, **timings)
         except redis.RedisError as exc:
             log.warning("limits of %s not checked (Redis failed: %s); running", function, exc)
             return run()
@@ -143,19 +145,6 @@ class Gate:
                 self.on_change(served.function, state)
         elif not failed:
             metrics.BREAKER_OPEN.labels(served.function).set(0)
-
-
-def _answer(
-    request: ToolCallRequest, status: Status, content: dict[str, Any], timings: dict[str, Any]
-) -> ToolCallResult:
-    return ToolCallResult(
-        id=request.id,
-        tool_call_id=request.tool_call_id,
-        function=request.function,
-        status=status,
-        content=content,
-        **timings,
-    )
 
 
 def breaker_event_poster(
