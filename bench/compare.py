@@ -44,6 +44,7 @@ from _common import (  # noqa: E402
     memory_mib,
     redis_counters,
 )
+from _process import load_average  # noqa: E402
 from report import render_markdown  # noqa: E402
 from systems import BY_KEY, NAMESPACE, SYSTEMS, System, variant  # noqa: E402
 
@@ -71,7 +72,7 @@ def machine_info(redis_version: str) -> dict[str, Any]:
         "kernel": platform.release(),
         "packages": versions,
         "git": git_revision(),
-        "load_before": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "load_before": load_average(),
     }
 
 
@@ -265,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         procs.stop_all()
-    meta["load_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    meta["load_after"] = load_average()
     data = {"meta": meta, "runs": runs}
     args.out_dir.mkdir(parents=True, exist_ok=True)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")

@@ -29,6 +29,8 @@ import time
 import uuid
 from pathlib import Path
 
+from _process import load_average, stop_process
+
 from toolfleet.producer import ToolClient
 from toolfleet.shared import Status
 
@@ -145,14 +147,9 @@ def main() -> None:
                     f"one probe server SIGKILLed: its replacement answered "
                     f"{time.monotonic() - killed_at:.2f} s later"
                 )
-            print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+            print(f"load average: {load_average()}")
         finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-            log.close()
+            stop_process(process, log)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ and prints, per tool, the statuses and the milliseconds from the limit to the re
 from __future__ import annotations
 
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -22,6 +21,8 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+
+from _process import load_average, stop_process
 
 from toolfleet.producer import ToolClient
 
@@ -90,14 +91,9 @@ def main() -> None:
                     )
                     if any(s.endswith("*") for s in statuses):
                         print("  (* = answered by the producer's deadline, not a worker)")
-            print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+            print(f"load average: {load_average()}")
         finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-            log.close()
+            stop_process(process, log)
 
 
 if __name__ == "__main__":
