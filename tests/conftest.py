@@ -82,6 +82,11 @@ def namespace(redis_url: str) -> Iterator[str]:
     """A namespace unique to this test session; every key under it is deleted at the end."""
     ns = f"tftest-{uuid.uuid4().hex[:10]}"
     yield ns
+    delete_namespace(redis_url, ns)
+
+
+def delete_namespace(redis_url: str, ns: str) -> None:
+    """Delete every key whose name starts with ``ns`` from the Redis at ``redis_url``."""
     client = redis.Redis.from_url(redis_url)
     keys = list(client.scan_iter(match=f"{ns}*", count=1000))
     if keys:

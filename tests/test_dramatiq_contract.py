@@ -19,12 +19,12 @@ from typing import Any
 
 import dramatiq
 import pytest
-import redis
 from dramatiq.broker import MessageProxy
 from dramatiq.brokers.redis import RedisBroker, _RedisConsumer
 from dramatiq.errors import ConnectionClosed, DecodeError
 from dramatiq.message import Message
 
+from conftest import delete_namespace
 from toolfleet.producer.publish import Publisher
 from toolfleet.shared.naming import actor_name_for, brokers_key, outcome_key
 from toolfleet.shared.tenancy.lanes import TOKEN, lane_key, shard_for
@@ -43,11 +43,7 @@ def ns(redis_url: str) -> Iterator[str]:
     """A namespace of its own, deleted afterwards."""
     namespace = f"tfcontract-{uuid.uuid4().hex[:8]}"
     yield namespace
-    client = redis.Redis.from_url(redis_url)
-    keys = list(client.scan_iter(match=f"{namespace}*", count=1000))
-    if keys:
-        client.delete(*keys)
-    client.close()
+    delete_namespace(redis_url, namespace)
 
 
 @pytest.fixture

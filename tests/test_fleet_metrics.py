@@ -22,7 +22,7 @@ import redis
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import IN_CI, TEST_QUEUE, Fleet, start_fleet, toolfleet_command
+from conftest import IN_CI, TEST_QUEUE, Fleet, delete_namespace, start_fleet, toolfleet_command
 from toolfleet.producer import ToolClient
 from toolfleet.producer.publish import Publisher
 from toolfleet.shared import codec
@@ -144,11 +144,7 @@ def two_fleets(
             fleet.stop()
         if exporter is not None:
             assert exporter.stop() == 0
-        r = redis.Redis.from_url(redis_url)
-        keys = list(r.scan_iter(match=f"{ns}*", count=1000))
-        if keys:
-            r.delete(*keys)
-        r.close()
+        delete_namespace(redis_url, ns)
 
 
 def _fill_ghost_queue(r: redis.Redis, namespace: str, count: int) -> None:

@@ -10,6 +10,7 @@ import orjson
 import pytest
 import redis
 
+from conftest import delete_namespace
 from toolfleet.producer.publish import Publisher
 from toolfleet.shared.naming import catalog_key
 from toolfleet.shared.tenancy.lanes import LANES, lane_key, shard_for
@@ -23,11 +24,7 @@ QUEUE = "tools.lanes-test"
 def ns(redis_url: str) -> Iterator[str]:
     namespace = f"tflanes-{uuid.uuid4().hex[:8]}"
     yield namespace
-    client = redis.Redis.from_url(redis_url)
-    keys = list(client.scan_iter(match=f"{namespace}*", count=1000))
-    if keys:
-        client.delete(*keys)
-    client.close()
+    delete_namespace(redis_url, namespace)
 
 
 def _request(account: str) -> ToolCallRequest:
