@@ -24,7 +24,7 @@ __all__ = ["mcp_fleet", "replicas", "tokens_file"]  # module fixtures shared wit
 
 pytestmark = pytest.mark.slow
 
-INSTALL = "npm install --prefix build/npm --no-save @modelcontextprotocol/inspector@^2"
+INSTALL = "bash .ci/test-tools"
 
 
 @pytest.fixture(scope="module")
