@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["ClientBase"]
 
 
-class ClientBase:
+class ClientBase(ABC):
     """Configuration, the per-process core, and the counters of a client.
 
     Args: those of ``ToolClient`` (``asyncio``: which flavour of redis-py it takes).
@@ -89,6 +90,7 @@ class ClientBase:
         context, timeout_s = options.get("context"), options.get("timeout_s", 30.0)
         return lambda emit: self._start_turn(tool_calls, context, timeout_s, emit)  # type: ignore[attr-defined]
 
+    @abstractmethod
     def _live(self) -> None:
         """Make this process's client usable (start threads, check a fork)."""
 
@@ -99,6 +101,7 @@ class ClientBase:
 
     # -- the public calls: documented once here, performed by each shell ------------------
 
+    @abstractmethod
     def submit(self, function: str, arguments: Arguments = None, *,
                tool_call_id: str | None = None, context: CallContext | dict[str, Any] | None = None,
                timeout_s: float = 30.0) -> Any:  # fmt: skip
@@ -115,12 +118,12 @@ class ClientBase:
             BackpressureError: no in-flight slot within ``submit_timeout_s``.
             ClientError: bad arguments to this method.
         """
-        raise NotImplementedError
 
+    @abstractmethod
     def call(self, function: str, arguments: Arguments = None, **options: Any) -> Any:
         """Make one tool call and wait for its result (same arguments and errors as ``submit``)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def dispatch(self, tool_calls: Any, *, context: CallContext | dict[str, Any] | None = None,
                  timeout_s: float = 30.0, on_event: Callable[[Any], object] | None = None,
                  ) -> Any:  # fmt: skip
@@ -136,8 +139,8 @@ class ClientBase:
             ClientClosedError: the client is closed.
             ClientError: ``tool_calls`` is no known format, or a bad context or timeout.
         """
-        raise NotImplementedError
 
+    @abstractmethod
     def stream(self, tool_calls: Any, **options: Any) -> Any:
         """Run a turn's calls and yield their ``CallEvent`` s as they happen.
 
@@ -147,8 +150,8 @@ class ClientBase:
         what :meth:`dispatch` returns. Leaving the block early cancels the calls still
         running. ``options``: ``context``, ``timeout_s`` (as for :meth:`dispatch`).
         """
-        raise NotImplementedError
 
+    @abstractmethod
     def tools(self, *, account: str | None = None, format: str = "openai",  # noqa: A002
               include_unavailable: bool = False) -> Any:  # fmt: skip
         """The tools ``account`` may call (``include_unavailable``: all) in ``format``.
@@ -159,8 +162,8 @@ class ClientBase:
             ValueError: unknown format.
             ConnectionFailed: Redis unreachable or failing.
         """
-        raise NotImplementedError
 
+    @abstractmethod
     def preparing(self, function: str, partial_arguments: str | dict[str, Any] | None = None,
                   *, tool_call_id: str | None = None, index: int = 0) -> Any:  # fmt: skip
         """The ``preparing`` event of a call the model is still writing (nothing published).
@@ -171,8 +174,8 @@ class ClientBase:
             ClientClosedError: the client is closed.
             ConnectionFailed: Redis unreachable or failing.
         """
-        raise NotImplementedError
 
+    @abstractmethod
     def cancel(self, call_id: str) -> Any:
         """Cancel a call by its id (``future.call_id``), made by this client or another.
 
@@ -180,23 +183,22 @@ class ClientBase:
         worker: a queued call never runs, a running ``async``/``process`` tool stops, a
         ``thread`` tool sees ``context.canceled``. False: it had its outcome already.
         """
-        raise NotImplementedError
 
+    @abstractmethod
     def extension_errors(self) -> Any:
         """Extensions the live workers could not load -> why (secrets scrubbed).
 
         Raises:
             ConnectionFailed: Redis cannot be reached.
         """
-        raise NotImplementedError
 
+    @abstractmethod
     def close(self, *, wait: bool = True) -> Any:
         """Stop the client; idempotent. No call is left unresolved.
 
         With ``wait``, calls in flight resolve first (each by its deadline at the
         latest); without, they resolve ``timeout`` now ("the client was closed").
         """
-        raise NotImplementedError
 
     @property
     def in_flight(self) -> int:
