@@ -11,10 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 import redis
 
-from conftest import IN_CI
+from conftest import unavailable
 
 
 def free_port() -> int:
@@ -28,10 +27,7 @@ def redis_server_binary() -> str:
     """``redis-server`` (or ``valkey-server``) on PATH; skip, or fail in CI, without one."""
     found = shutil.which("redis-server") or shutil.which("valkey-server")
     if not found:
-        message = "redis-server is not on PATH"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable("redis-server is not on PATH")
     return found
 
 

@@ -27,13 +27,13 @@ from typing import Any
 import click
 import pytest
 
+from conftest import unavailable
 from toolfleet.shared.extension import Extension
 from toolfleet.shared.naming import queue_msgs_key
 from toolfleet.shared.settings import Settings
 from toolfleet.worker.cli.main import cli
 from toolfleet.worker.registry.loader import load_all
 
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
@@ -55,10 +55,7 @@ WORKER_LABELS = {"app.kubernetes.io/name": "toolfleet", "app.kubernetes.io/compo
 
 def _missing(what: str) -> None:
     """Skip locally, fail in CI: the dev extra should have installed ``what``."""
-    message = f"{what} is not installed; `pip install -e '.[dev]'` provides it"
-    if IN_CI:
-        pytest.fail(message)
-    pytest.skip(message)
+    unavailable(f"{what} is not installed; `pip install -e '.[dev]'` provides it")
 
 
 def _module(name: str, package: str) -> ModuleType:
@@ -897,10 +894,7 @@ def _in_pid_namespace(argv: list[str], tmp_path: Path) -> tuple[int, str]:
     """Run ``argv`` as PID 1 of a new PID namespace (with its own /proc); (pid, state)."""
     unshare = shutil.which("unshare")
     if os.geteuid() != 0 or not unshare:
-        message = "a PID namespace needs root and util-linux's unshare"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable("a PID namespace needs root and util-linux's unshare")
     done = subprocess.run(
         [unshare, "--pid", "--fork", "--mount-proc", *argv],
         capture_output=True,

@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from conftest import unavailable
 from toolfleet.shared.errors import ConfigurationError
 from toolfleet.worker.devtools.embedded_redis import EmbeddedRedis, redis_server_binary
-
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 def without_wheel(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -29,9 +28,7 @@ def system_server() -> str:
         found = shutil.which(name)
         if found:
             return found
-    if IN_CI:
-        pytest.fail("no redis-server or valkey-server on PATH in CI")
-    pytest.skip("no redis-server or valkey-server on PATH")
+    unavailable("no redis-server or valkey-server on PATH")
 
 
 def test_demo_extra_binary_is_used_and_answers() -> None:

@@ -22,7 +22,14 @@ import redis
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import IN_CI, TEST_QUEUE, Fleet, delete_namespace, start_fleet, toolfleet_command
+from conftest import (
+    TEST_QUEUE,
+    Fleet,
+    delete_namespace,
+    start_fleet,
+    toolfleet_command,
+    unavailable,
+)
 from toolfleet.producer import ToolClient
 from toolfleet.producer.publish import Publisher
 from toolfleet.shared import codec
@@ -52,10 +59,7 @@ def _free_port() -> int:
 def _promtool() -> str:
     found = shutil.which("promtool")
     if not found:
-        message = "promtool missing: .ci/run installs Debian's prometheus package"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable("promtool missing: .ci/run installs Debian's prometheus package")
     return found
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from test_mcp_gateway import ACME_TOKEN, Replica, mcp_fleet, replicas, tokens_file
 
-from conftest import IN_CI, TESTS, Fleet, toolfleet_command
+from conftest import TESTS, Fleet, toolfleet_command, unavailable
 
 __all__ = ["mcp_fleet", "replicas", "tokens_file"]  # module fixtures shared with the SDK tests
 
@@ -31,9 +31,7 @@ INSTALL = "bash .ci/test-tools"
 def inspector() -> Iterator[list[str]]:
     """The Inspector CLI command (`mcp-inspector --cli`)."""
     if shutil.which("node") is None:
-        if IN_CI:
-            pytest.fail("node is not installed: the MCP Inspector test cannot run in CI")
-        pytest.skip("node is not installed: the MCP Inspector CLI test needs it")
+        unavailable("node is not installed: the MCP Inspector CLI test needs it")
     folder = os.environ.get("TOOLFLEET_TEST_NPM_BIN") or str(
         TESTS.parent / "build" / "npm" / "node_modules" / ".bin"
     )

@@ -7,9 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from conftest import IN_CI
+from conftest import unavailable
 from toolfleet.extensions.python._sandbox import unavailable_reason
 from toolfleet.extensions.python.tool import PythonToolConfig
 
@@ -17,8 +15,8 @@ from toolfleet.extensions.python.tool import PythonToolConfig
 def test_sandbox_starts_an_interpreter_installed_under_tmp(tmp_path: Path) -> None:
     """A virtual environment under /tmp (where CI and many users check out) is not hidden
     by the sandbox's own empty /tmp, so the python tool is served there."""
-    if shutil.which("bwrap") is None and not IN_CI:
-        pytest.skip("bubblewrap is not installed here (CI installs it)")
+    if shutil.which("bwrap") is None:
+        unavailable("bubblewrap is not installed here (CI installs it)")
     assert str(tmp_path).startswith("/tmp/"), tmp_path
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)

@@ -22,7 +22,7 @@ import pytest
 import redis
 from guarded_ext import SECRET_ENV
 
-from conftest import IN_CI, TESTS, Fleet, start_fleet, toolfleet_command
+from conftest import TESTS, Fleet, start_fleet, toolfleet_command, unavailable
 from proctree import cmdline, tree
 from toolfleet.extensions.python import PythonToolConfig, make_extension
 from toolfleet.extensions.python._sandbox import unavailable_reason
@@ -79,9 +79,7 @@ def protected_redis(password: str, tmp_path_factory: pytest.TempPathFactory) -> 
     try:
         server = redis_server_binary()
     except ConfigurationError as exc:
-        if IN_CI:
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
+        unavailable(str(exc))
     port = _free_port()
     folder = tmp_path_factory.mktemp("protected-redis")
     process = subprocess.Popen(
@@ -149,9 +147,7 @@ def _scan(client: ToolClient, function: str, needles: list[str], cwd: Path) -> A
 def _require_sandbox() -> None:
     reason = unavailable_reason(PythonToolConfig())
     if reason:
-        if IN_CI:
-            pytest.fail(reason)
-        pytest.skip(reason)
+        unavailable(reason)
 
 
 def test_no_fleet_process_has_a_secret_in_its_command_line(
