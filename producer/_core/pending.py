@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from toolfleet.producer._core.observe import count_late_reply, observe_call
 from toolfleet.producer.hooks import fire_responded
 from toolfleet.shared import codec
+from toolfleet.shared.metric_labels import UNKNOWN_FUNCTION_LABEL
 from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallRequest, ToolCallResult, ToolEvent
 
 __all__ = ["EventSink", "Pending", "PendingTable", "ResultFuture", "settle"]
@@ -57,6 +58,7 @@ class Pending:
         "deadline",
         "function",
         "future",
+        "label",
         "on_event",
         "sent_at",
         "timeout_s",
@@ -64,7 +66,11 @@ class Pending:
     )
 
     def __init__(
-        self, request: ToolCallRequest, future: ResultFuture, on_event: EventSink | None
+        self,
+        request: ToolCallRequest,
+        future: ResultFuture,
+        on_event: EventSink | None,
+        label: str = UNKNOWN_FUNCTION_LABEL,
     ) -> None:
         self.call_id = request.id
         self.account = request.context.account
@@ -75,6 +81,8 @@ class Pending:
         self.deadline = request.deadline
         self.future = future
         self.on_event = on_event
+        #: the call's ``function`` metric label (:mod:`toolfleet.shared.metric_labels`)
+        self.label = label
 
     def failure(self, status: Status, message: str, **timings: Any) -> ToolCallResult:
         """A non-``ok`` result of this call made by the producer."""
@@ -134,15 +142,27 @@ class PendingTable:
     # -- registering -------------------------------------------------------------------
 
     def add(
-        self, request: ToolCallRequest, future: ResultFuture, on_event: EventSink | None = None
+        self,
+        request: ToolCallRequest,
+        future: ResultFuture,
+        on_event: EventSink | None = None,
+        *,
+        label: str = UNKNOWN_FUNCTION_LABEL,
     ) -> None:
         """Expect ``request``'s reply (or resolve it at its deadline).
+
+        Args:
+            request: the call.
+            future: resolved with its result.
+            on_event: receives its status events, or ``None``.
+            label: its ``function`` metric label
+                (:func:`~toolfleet.shared.metric_labels.function_label`).
 
         Raises:
             RuntimeError: the table is closed (the future is resolved ``rejected``).
         """
         future.add_done_callback(self._settled)
-        entry = Pending(request, future, on_event)
+        entry = Pending(request, future, on_event, label)
         with self._lock:
             closed = self.closed
             if not closed:
@@ -277,7 +297,7 @@ class PendingTable:
             return
         # observed before the caller resumes: its first use imports the metrics module, and
         # a fork() right after the call must not copy that import half done (a dead lock)
-        observe_call(entry.function, result.status, entry.sent_at)
+        observe_call(entry.label, result.status, entry.sent_at)
         if settle(entry.future, result):
             fire_responded(result, entry.account)
 

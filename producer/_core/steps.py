@@ -48,6 +48,7 @@ from toolfleet.producer.stream import TurnState
 from toolfleet.producer.turns import parse_tool_calls
 from toolfleet.shared.errors import ClientClosedError
 from toolfleet.shared.extension_errors import current_errors
+from toolfleet.shared.metric_labels import function_label
 from toolfleet.shared.tenancy.enqueue import Refused
 from toolfleet.shared.wire import CallContext, Status, ToolCallRequest, ToolCallResult
 
@@ -160,8 +161,17 @@ class ProducerCore:
         """Seconds a call may wait for a slot: ``submit_timeout_s``, never past ``deadline``."""
         return min(self.config.submit_timeout_s, deadline - time.time())
 
-    def register(self, request: ToolCallRequest, future: ResultFuture, sink: Any = None) -> None:
+    def register(
+        self, request: ToolCallRequest, future: ResultFuture, sink: Any, label: str
+    ) -> None:
         """Expect ``request``'s reply (its slot is given back when it resolves).
+
+        Args:
+            request: the call, admitted.
+            future: resolved with its result.
+            sink: receives its status events, or ``None``.
+            label: its ``function`` metric label: :func:`function_label` of the catalog
+                snapshot that admitted it.
 
         Raises:
             ClientClosedError: the client is closed (the future is answered ``rejected``).
@@ -170,12 +180,14 @@ class ProducerCore:
         if request.context.conversation:
             future.add_done_callback(lambda done: learn_route(self.routes, request, done))
         try:
-            self.table.add(request, future, sink)
+            self.table.add(request, future, sink, label=label)
         except RuntimeError:
             raise ClientClosedError("the client is closed") from None
 
-    def published(self, request: ToolCallRequest, outcome: Outcome) -> None:
+    def published(self, request: ToolCallRequest, outcome: Outcome, label: str) -> None:
         """Settle a call by its publish outcome, unless it was published (or may have been).
+
+        ``label`` is the call's ``function`` metric label (as given to :meth:`register`).
 
         Raises:
             Exception: ``outcome`` when it is not a Redis failure (after answering the
@@ -184,7 +196,7 @@ class ProducerCore:
         if outcome is None:
             return
         if isinstance(outcome, Refused):  # over a quota or breaker open: nothing published
-            count_refused(request.function, outcome.reason)
+            count_refused(label, outcome.reason)
             self.table.answer(request.id, outcome.result(request))
             return
         refusal = publish_refusal(outcome)
@@ -220,12 +232,13 @@ class ProducerCore:
             wait_s = self.slot_wait_s(request.deadline)
             if not (yield TakeSlot(wait_s)):
                 raise backpressure_error(self.config.max_in_flight, max(0.0, wait_s))
-        self.register(request, future)
+        label = function_label(request.function, catalog.typed)
+        self.register(request, future, None, label)
         try:
             (outcome,) = yield Publish([(admitted, request)], request.deadline)
         except Exception as exc:  # noqa: BLE001 - classified by published()
             outcome = exc
-        self.published(request, outcome)
+        self.published(request, outcome, label)
 
     def turn(
         self,
@@ -275,7 +288,7 @@ class ProducerCore:
                 continue
             queue_name, request = prepared
             if not (yield TakeSlot(None)):
-                yield from self._publish_batch(state, batch, new_future)  # gathered go now
+                yield from self._publish_batch(state, batch, new_future, catalog)  # gathered go now
                 batch = []
                 wait_s = self.slot_wait_s(state.deadline)
                 if not (yield TakeSlot(wait_s)):
@@ -283,7 +296,7 @@ class ProducerCore:
                     state.answer(call.index, local_result(request, Status.REJECTED, str(error)))
                     continue
             batch.append((call.index, queue_name, request))
-        yield from self._publish_batch(state, batch, new_future)
+        yield from self._publish_batch(state, batch, new_future, catalog)
         return state
 
     def tools(
@@ -357,27 +370,33 @@ class ProducerCore:
         state: TurnState,
         batch: Sequence[tuple[int, str, ToolCallRequest]],
         new_future: Callable[[str], ResultFuture],
+        catalog: Catalog | None,
     ) -> Generator[Step, Any, None]:
-        """Publish a turn's calls in one pipeline (each holds a slot already)."""
-        sent: list[tuple[int, str, ToolCallRequest, ResultFuture]] = []
+        """Publish a turn's calls in one pipeline (each holds a slot already).
+
+        ``catalog`` is the snapshot that admitted them (their metric labels come from it).
+        """
+        sent: list[tuple[int, str, ToolCallRequest, ResultFuture, str]] = []
+        known = catalog.typed if catalog is not None else {}
         for index, queue_name, request in batch:
             future = new_future(request.id)
+            label = function_label(request.function, known)
             try:
-                self.register(request, future, state.sink(index))
+                self.register(request, future, state.sink(index), label)
             except ClientClosedError:  # closed mid-turn: answered ``rejected``, not sent
                 state.answer(index, _result_of(future))
                 continue
-            sent.append((index, queue_name, request, future))
+            sent.append((index, queue_name, request, future, label))
         if not sent:
             return
         try:
-            outcomes = yield Publish([(q, r) for _, q, r, _ in sent], state.deadline)
+            outcomes = yield Publish([(q, r) for _, q, r, _, _ in sent], state.deadline)
         except Exception as exc:  # noqa: BLE001 - the pipeline failed as a whole
             outcomes = [exc] * len(sent)
         failure: BaseException | None = None
-        for (index, _, request, future), outcome in zip(sent, outcomes, strict=True):
+        for (index, _, request, future, label), outcome in zip(sent, outcomes, strict=True):
             try:
-                self.published(request, outcome)
+                self.published(request, outcome, label)
             except Exception as exc:  # noqa: BLE001 - raised once the turn is settled
                 failure = exc
             if future.done() and outcome is not None:

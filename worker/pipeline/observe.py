@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from toolfleet.shared import codec
+from toolfleet.shared.metric_labels import function_label
 from toolfleet.shared.signals import REDACTED, tool_requested, tool_responded
 from toolfleet.shared.wire import Status, ToolCallRequest, ToolCallResult
 from toolfleet.worker.registry.registry import Registry
@@ -33,6 +34,16 @@ class Observer:
     def __init__(self, registry: Registry, worker_id: str) -> None:
         self.registry = registry
         self.worker_id = worker_id
+        #: call id -> the function label its in-flight gauge went up under (so it comes
+        #: down under the same one, even if the served functions changed meanwhile)
+        self._in_flight: dict[str, str] = {}
+
+    def _label(self, function: str) -> str:
+        """A call's ``function`` label: its name when served here, else ``unknown``.
+
+        The rule: :func:`toolfleet.shared.metric_labels.function_label`.
+        """
+        return function_label(function, self.registry.served)
 
     def _extension(self, function: str) -> tuple[str, bool]:
         served = self.registry.served.get(function)
@@ -70,7 +81,9 @@ class Observer:
 
     def requested(self, request: ToolCallRequest) -> dict[str, Any]:
         """A call was accepted: count it in flight and fire ``tool_requested``."""
-        metrics.IN_FLIGHT.labels(request.function).inc()
+        label = self._label(request.function)
+        self._in_flight[request.id] = label
+        metrics.IN_FLIGHT.labels(label).inc()
         event = {
             "kind": "tool_requested",
             "at": time.time(),
@@ -85,15 +98,16 @@ class Observer:
     ) -> dict[str, Any]:
         """A reply is going out: metrics, ``tool_responded``, the per-call log line."""
         slug, _ = self._extension(request.function)
+        label = self._label(request.function)
         if accepted:
-            metrics.IN_FLIGHT.labels(request.function).dec()
-        metrics.CALLS.labels(request.function, slug, result.status.value).inc()
+            metrics.IN_FLIGHT.labels(self._in_flight.pop(request.id, label)).dec()
+        metrics.CALLS.labels(label, slug, result.status.value).inc()
         if result.run_s is not None:
-            metrics.CALL_DURATION.labels(request.function).observe(result.run_s)
+            metrics.CALL_DURATION.labels(label).observe(result.run_s)
         if result.queued_s is not None:
             metrics.QUEUE_WAIT.labels(queue).observe(result.queued_s)
         if result.status is Status.INVALID_ARGUMENTS:
-            metrics.INVALID_ARGUMENTS.labels(request.function).inc()
+            metrics.INVALID_ARGUMENTS.labels(label).inc()
             sent = self._raw_arguments(request)
             log.info("invalid arguments for %s (call %s): %s; the model sent: %s",
                      request.function, request.id, result.error, sent)  # fmt: skip

@@ -32,7 +32,8 @@ __all__ = [
 #: Execution-time buckets, 5 ms to 60 s.
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
-#: Labels are function names only (bounded by the catalog), never accounts.
+#: ``function`` labels are served function names, any other name counts under ``unknown``
+#: (:func:`toolfleet.shared.metric_labels.function_label`); never accounts.
 BREAKER_OPEN = Gauge(
     "toolfleet_breaker_open",
     "1 while a function's circuit breaker is open or half-open as this process last saw it.",
