@@ -20,6 +20,7 @@ import redis
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from toolfleet.shared.errors import ConfigurationError
+from toolfleet.worker.supervision.collector_guard import GuardedRegistry
 from toolfleet.worker.supervision.exposition import (
     LIVE_PATH,
     READY_PATH,
@@ -41,7 +42,10 @@ DEFAULT_PORT = 9192
 def fleet_registry(
     redis_url: str, namespace: str, worker_ttl_s: float, *, factory: str | None = None
 ) -> CollectorRegistry:
-    """A registry holding only :class:`QueueCollector` (the fleet-wide gauges).
+    """A registry holding only :class:`QueueCollector` (the fleet-wide gauges), guarded.
+
+    When the collector raises (odd catalog data), ``/metrics`` still answers 200 with
+    ``toolfleet_collector_errors_total`` counting it (:class:`GuardedRegistry`).
 
     Args:
         redis_url: the fleet's Redis (ignored when ``factory`` is given).
@@ -49,7 +53,7 @@ def fleet_registry(
         worker_ttl_s: seconds a worker's heartbeat counts as live.
         factory: ``MODULE:ATTR`` of a ``redis.Redis`` factory, or None.
     """
-    registry = CollectorRegistry()
+    registry = GuardedRegistry()
     registry.register(QueueCollector(redis_url, namespace, worker_ttl_s, factory=factory))
     return registry
 

@@ -28,6 +28,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from toolfleet.shared import codec
 from toolfleet.shared.naming import catalog_key, dead_letters_key, queue_msgs_key, workers_key
 from toolfleet.shared.tenancy.lanes import LANES, lane_keys, uses_lanes
+from toolfleet.worker.supervision.collector_guard import GuardedRegistry
 from toolfleet.worker.supervision.health import HealthReport
 from toolfleet.worker.supervision.redis_factory import redis_client
 
@@ -233,11 +234,14 @@ def serve_metrics(
     """Serve ``/metrics`` (and ``probes``) on ``port``, all interfaces, from a daemon thread.
 
     ``/metrics`` is the sum of the worker processes' samples in ``directory``: per-process
-    series only (the fleet-wide gauges come from ``toolfleet exporter``). Returns None when
-    the port is 0 or busy. ``probes`` maps paths such as ``/livez`` to checks
-    (:func:`probe_app`).
+    series only (the fleet-wide gauges come from ``toolfleet exporter``). The registry is a
+    :class:`~toolfleet.worker.supervision.collector_guard.GuardedRegistry`: a file that
+    cannot be read, or a sample whose labels cannot be exposed (one written by an older
+    version with a wire string as its label), is counted and left out, never a 500.
+    Returns the registry (served unless ``port`` is 0), or None when the port is busy.
+    ``probes`` maps paths such as ``/livez`` to checks (:func:`probe_app`).
     """
-    registry = CollectorRegistry()
+    registry = GuardedRegistry()
     MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
     if port:
         app = probe_app(make_wsgi_app(registry), probes or {})
