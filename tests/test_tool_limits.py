@@ -17,9 +17,10 @@ from tenancy_tools import record_key
 
 from conftest import Fleet, start_fleet, toolfleet_command
 from toolfleet.producer import ToolClient
+from toolfleet.producer.publish import Publisher
 from toolfleet.shared.naming import catalog_key, claim_key, inflight_key
 from toolfleet.shared.tenancy.breakers import breaker_key
-from toolfleet.shared.wire import Status
+from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallRequest, new_call_id
 from toolfleet.worker.tenancy.concurrency import concurrency_key
 
 LIMITED = "ext_tenancy_test_limited"
@@ -188,6 +189,37 @@ def test_a_sigkilled_workers_slots_are_freed_with_its_recovery_and_waiting_calls
           f"{freed:.2f} s, slots retaken {retaken:.2f} s later; {len(crashed)} crashed, "
           f"{len(others)} ok")  # fmt: skip
     limits_fleet.wait_ready()  # its replacement serves the next tests
+
+
+def test_a_redelivered_call_of_a_dead_worker_gives_back_the_slot_it_held(
+    r: redis.Redis, limits_fleet: Fleet
+) -> None:
+    """A call whose claim names a dead worker frees that worker's lease when it is answered."""
+    ns = limits_fleet.namespace
+    slot_set = concurrency_key(ns, POOLED)
+    reply_to = f"{ns}:reply:ghost-{uuid.uuid4().hex[:6]}"
+    now = time.time()
+    request = ToolCallRequest(
+        id=new_call_id(),
+        function=POOLED,
+        arguments={"seconds": 0.0},
+        reply_to=reply_to,
+        deadline=now + 20,
+        timeout_s=20.0,
+        sent_at=now,
+    )
+    # Given a worker of another host that claimed the call, took a slot for it, and died
+    r.set(claim_key(ns, request.id), "gone-host:1#0123456789ab", ex=60)
+    r.zadd(slot_set, {request.id: int((now + 30) * 1000)})
+    # When the call is delivered again (as Dramatiq's maintenance hands it back)
+    assert Publisher(r, ns).publish("tools.tenancy-test", request) is None
+    popped = r.blpop([reply_to], timeout=15)
+    assert popped is not None, "no reply"
+    result = ReplyEnvelope.decode(popped[1]).result
+    # Then it is answered crashed, and the dead delivery's lease is gone
+    assert result is not None and result.status is Status.CRASHED, result
+    assert r.zscore(slot_set, request.id) is None
+    r.delete(reply_to)
 
 
 def test_a_failing_tool_opens_its_breaker_then_a_probe_closes_it(
