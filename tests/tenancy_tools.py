@@ -54,6 +54,19 @@ class Limited(Tool):
         return now_running
 
 
+class Pooled(Tool):
+    """Record which worker pid runs the call (by call id), then hold a while."""
+
+    name = "pooled"
+    arguments_model = HoldArguments
+    timeout_s = 30.0
+
+    def call(self, arguments: HoldArguments, context: ExtensionContext) -> int:
+        _redis().hset(_key("pooled_pids"), context.call_id, os.getpid())
+        time.sleep(arguments.seconds)
+        return os.getpid()
+
+
 class Hold(Tool):
     """Record this worker's pid, then hold the one slot for a while."""
 
@@ -87,9 +100,10 @@ extension = Extension(
     slug="tenancy-test",
     version="0.0.1",
     description="Tools for the fleet-wide limit tests.",
-    tools=[Limited, Hold, Flaky],
+    tools=[Limited, Pooled, Hold, Flaky],
     tool_options={
         "limited": ToolOptions(concurrency=3),
+        "pooled": ToolOptions(concurrency=3),
         "hold": ToolOptions(concurrency=1),
         "flaky": ToolOptions(breaker=BreakerPolicy(failures=5, cooldown_s=2.0)),
     },

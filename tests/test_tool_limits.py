@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import orjson
 import pytest
@@ -16,12 +17,14 @@ from tenancy_tools import record_key
 
 from conftest import Fleet, start_fleet, toolfleet_command
 from toolfleet.producer import ToolClient
-from toolfleet.shared.naming import catalog_key
+from toolfleet.producer.publish import Publisher
+from toolfleet.shared.naming import catalog_key, claim_key, inflight_key
 from toolfleet.shared.tenancy.breakers import breaker_key
-from toolfleet.shared.wire import Status
+from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallRequest, new_call_id
 from toolfleet.worker.tenancy.concurrency import concurrency_key
 
 LIMITED = "ext_tenancy_test_limited"
+POOLED = "ext_tenancy_test_pooled"
 HOLD = "ext_tenancy_test_hold"
 FLAKY = "ext_tenancy_test_flaky"
 
@@ -95,7 +98,7 @@ def test_a_call_without_a_slot_by_its_deadline_is_answered_timeout_without_runni
 def test_a_slot_held_by_a_sigkilled_worker_comes_back_when_its_lease_ends(
     tc: ToolClient, r: redis.Redis, limits_fleet: Fleet
 ) -> None:
-    """SIGKILL the worker holding the only slot: the next call runs once its lease ends."""
+    """SIGKILL the worker holding the only slot: the next call gets the slot and runs."""
     pids_key = record_key(limits_fleet.namespace, "hold_pids")
     r.delete(pids_key)
     # Given a worker process holding the tool's only slot
@@ -104,16 +107,119 @@ def test_a_slot_held_by_a_sigkilled_worker_comes_back_when_its_lease_ends(
     while not r.llen(pids_key) and time.monotonic() < deadline:
         time.sleep(0.02)
     pid = int(r.lindex(pids_key, 0))
+    assert r.zcard(concurrency_key(limits_fleet.namespace, HOLD)) == 1  # it holds the slot
     # When it is SIGKILLed while holding it
     os.kill(pid, signal.SIGKILL)
     killed_at = time.monotonic()
-    assert r.zcard(concurrency_key(limits_fleet.namespace, HOLD)) == 1  # the slot leaked
     doomed.result(timeout=30)
     # Then a new call gets the slot once the lease ends, and runs
     after = tc.call(HOLD, {"seconds": 0.01}, timeout_s=20)
     assert after.status == Status.OK, after.content
     waited = time.monotonic() - killed_at
     assert waited < 12, waited  # lease: the 3 s time limit + 2 s margin (and restart slack)
+
+
+def _wait_for(predicate: Callable[[], bool], timeout_s: float) -> float | None:
+    """Seconds until ``predicate()`` held (polled every 10 ms), or None if not in time."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        if predicate():
+            return time.monotonic() - started
+        time.sleep(0.01)
+    return None
+
+
+def _freeze_a_slot_holder(
+    r: redis.Redis, limits_fleet: Fleet, slot_set: str, timeout_s: float
+) -> tuple[int, set[str], set[str]]:
+    """SIGSTOP a worker process that holds a slot of ``slot_set``.
+
+    Returns:
+        Its pid, the ids of the calls it holds (claimed, unanswered) and those of them
+        holding a slot, read while it is frozen.
+    """
+    host = socket.gethostname()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for pid in limits_fleet.worker_pids():
+            os.kill(pid, signal.SIGSTOP)
+            calls = {
+                c.decode() for c in r.hkeys(inflight_key(limits_fleet.namespace, f"{host}:{pid}"))
+            }
+            leases = {m.decode() for m in r.zrange(slot_set, 0, -1)}
+            if calls & leases:
+                return pid, calls, calls & leases
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(0.02)
+    raise AssertionError(f"no worker process held a slot of {slot_set} within {timeout_s} s")
+
+
+def test_a_sigkilled_workers_slots_are_freed_with_its_recovery_and_waiting_calls_run(
+    tc: ToolClient, r: redis.Redis, limits_fleet: Fleet
+) -> None:
+    """A SIGKILLed worker's slot leases go with its recovery; waiting calls run, none time out."""
+    ns = limits_fleet.namespace
+    slot_set = concurrency_key(ns, POOLED)
+    # Given 150 calls of a tool limited to 3 (30 s time limit: 32 s leases) on 2 processes
+    futures = [tc.submit(POOLED, {"seconds": 0.1}, timeout_s=60) for _ in range(150)]
+    time.sleep(1.0)
+    # When a process holding some of its slots is SIGKILLed
+    victim, victim_calls, victim_leases = _freeze_a_slot_holder(r, limits_fleet, slot_set, 10)
+    victim_id = f"{socket.gethostname()}:{victim}"
+    os.kill(victim, signal.SIGKILL)
+    # Then its leases leave the slot set within a few seconds, not when they end
+    freed = _wait_for(
+        lambda: not victim_leases & {m.decode() for m in r.zrange(slot_set, 0, -1)}, 3.0
+    )
+    assert freed is not None, f"leases of the dead process still held 3 s after: {victim_leases}"
+    # And the calls waiting take every slot again at once
+    retaken = _wait_for(lambda: r.zcard(slot_set) == 3, 2.0)
+    assert retaken is not None, f"{r.zcard(slot_set)} of 3 slots held 2 s after the release"
+    results = {f.result(timeout=70).id: f.result() for f in futures}
+    # And every call is answered: the dead process's calls crashed, all the others ok
+    timed_out = [res.content for res in results.values() if res.status is Status.TIMEOUT]
+    assert not timed_out, (len(timed_out), timed_out[:3])
+    crashed = {call_id for call_id, res in results.items() if res.status is Status.CRASHED}
+    assert crashed == victim_calls, (sorted(crashed), sorted(victim_calls))
+    for call_id in crashed:
+        assert r.get(claim_key(ns, call_id)).decode().startswith(f"{victim_id}#")  # type: ignore[union-attr]
+    others = [res for call_id, res in results.items() if call_id not in crashed]
+    assert all(res.status is Status.OK for res in others), {res.status for res in others}
+    print(f"\nSIGKILL of a process holding {len(victim_leases)} of 3 slots: leases freed in "
+          f"{freed:.2f} s, slots retaken {retaken:.2f} s later; {len(crashed)} crashed, "
+          f"{len(others)} ok")  # fmt: skip
+    limits_fleet.wait_ready()  # its replacement serves the next tests
+
+
+def test_a_redelivered_call_of_a_dead_worker_gives_back_the_slot_it_held(
+    r: redis.Redis, limits_fleet: Fleet
+) -> None:
+    """A call whose claim names a dead worker frees that worker's lease when it is answered."""
+    ns = limits_fleet.namespace
+    slot_set = concurrency_key(ns, POOLED)
+    reply_to = f"{ns}:reply:ghost-{uuid.uuid4().hex[:6]}"
+    now = time.time()
+    request = ToolCallRequest(
+        id=new_call_id(),
+        function=POOLED,
+        arguments={"seconds": 0.0},
+        reply_to=reply_to,
+        deadline=now + 20,
+        timeout_s=20.0,
+        sent_at=now,
+    )
+    # Given a worker of another host that claimed the call, took a slot for it, and died
+    r.set(claim_key(ns, request.id), "gone-host:1#0123456789ab", ex=60)
+    r.zadd(slot_set, {request.id: int((now + 30) * 1000)})
+    # When the call is delivered again (as Dramatiq's maintenance hands it back)
+    assert Publisher(r, ns).publish("tools.tenancy-test", request) is None
+    popped = r.blpop([reply_to], timeout=15)
+    assert popped is not None, "no reply"
+    result = ReplyEnvelope.decode(popped[1]).result
+    # Then it is answered crashed, and the dead delivery's lease is gone
+    assert result is not None and result.status is Status.CRASHED, result
+    assert r.zscore(slot_set, request.id) is None
+    r.delete(reply_to)
 
 
 def test_a_failing_tool_opens_its_breaker_then_a_probe_closes_it(

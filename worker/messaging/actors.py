@@ -129,6 +129,8 @@ class MessageHandler:
                 "call %s is running on %s; duplicate delivery dropped", request.id, claim.owner
             )
             return
+        if not claim.acquired:  # its worker died: so did the concurrency lease it took
+            self.pipeline.release_slot(request)
         decided = self.pipeline.after_claim(request, claim)
         if decided is not None:
             self._finish(request, decided, queue, ack=ack)

@@ -13,6 +13,12 @@ queued, so at the tail they would wait for the whole backlog (measured: 3.8 s be
 short calls, and past their deadline behind a long backlog) while later calls are
 served first. The script keeps Dramatiq's key layout and semantics otherwise: an id
 leaves the dead broker's acknowledgement set and returns only if its message still exists.
+
+The dead process's calls also give back their concurrency slots in that step
+(:func:`forget_calls`): its in-flight records name each call (the slot's holder) and its
+tool (the slot set), so the slots are free before its messages are requeued, and calls
+waiting for them run at once instead of after the leases end (up to the tool's time limit
+plus a margin; see :mod:`toolfleet.worker.tenancy.concurrency`).
 """
 
 from __future__ import annotations
@@ -20,18 +26,21 @@ from __future__ import annotations
 import logging
 
 import redis
+from pydantic import ValidationError
 
 from toolfleet.shared.naming import (
     acks_key,
     broker_heartbeats_key,
     brokers_key,
+    concurrency_key,
     inflight_key,
     queue_key,
     queue_msgs_key,
     workers_key,
 )
+from toolfleet.worker.pipeline.ledger import InFlight
 
-__all__ = ["recover_dead_worker"]
+__all__ = ["forget_calls", "recover_dead_worker"]
 
 log = logging.getLogger("toolfleet.worker.recovery")
 
@@ -51,15 +60,66 @@ redis.call("del", KEYS[1])
 return moved
 """
 
+#: KEYS: the dead worker's in-flight hash, then the slot set of each call of ARGV (in order).
+#: ARGV: the call ids. Removes each call's lease from its tool's slot set (a tool without a
+#: concurrency limit has no such set: a no-op), deletes the in-flight hash, and returns how
+#: many leases it removed.
+_FORGET_CALLS = """
+local freed = 0
+for i = 1, #ARGV do
+    freed = freed + redis.call("zrem", KEYS[i + 1], ARGV[i])
+end
+redis.call("del", KEYS[1])
+return freed
+"""
+
+
+def forget_calls(client: redis.Redis, namespace: str, worker_id: str) -> int:
+    """Drop the in-flight records of process ``worker_id`` and free its calls' slots.
+
+    For a process that is dead, or about to be killed: nothing runs its calls any more.
+    One read of its in-flight hash, then one script that removes each call's concurrency
+    lease (holder: the call id) and the hash together.
+
+    Args:
+        client: Redis client.
+        namespace: key prefix.
+        worker_id: the process's id (``host:pid``).
+
+    Returns:
+        How many concurrency leases were freed.
+
+    Raises:
+        redis.RedisError: Redis failed.
+    """
+    key = inflight_key(namespace, worker_id)
+    calls: list[InFlight] = []
+    for raw in client.hvals(key):
+        try:
+            calls.append(InFlight.model_validate_json(raw))
+        except ValidationError:
+            continue
+    slot_sets = [concurrency_key(namespace, call.function) for call in calls]
+    forget = client.register_script(_FORGET_CALLS)
+    freed = int(forget(keys=[key, *slot_sets], args=[call.id for call in calls]))
+    if freed:
+        log.warning("freed %d concurrency slots of dead worker %s", freed, worker_id)
+    return freed
+
 
 def recover_dead_worker(client: redis.Redis, namespace: str, worker_id: str) -> int:
     """Requeue the unacknowledged messages of dead process ``worker_id`` at their queues' head.
 
+    Its calls' concurrency slots are freed first (:func:`forget_calls`).
+
     Returns:
         How many messages went back to their queues.
+
+    Raises:
+        redis.RedisError: Redis failed.
     """
     broker_id = client.hget(brokers_key(namespace), worker_id)
-    client.delete(inflight_key(namespace, worker_id))  # nothing runs there any more
+    forget_calls(client, namespace, worker_id)  # nothing runs there any more
     for key in client.scan_iter(match=workers_key(namespace, "*"), count=1000):
         client.zrem(key, worker_id)
     if broker_id is None:

@@ -187,6 +187,17 @@ class CallPipeline:
             return self.failure(request, Status.CANCELED, "the call was canceled")
         return None
 
+    def release_slot(self, request: ToolCallRequest) -> None:
+        """Give back the concurrency slot a dead delivery of ``request`` may still hold.
+
+        For a call whose claim names a worker that died: its lease (holder: the call id)
+        would otherwise hold a slot until it ends, and a re-run of an idempotent tool
+        would wait behind its own dead lease. One ``ZREM``, only for a limited tool.
+        """
+        served = self.registry.served.get(request.function)
+        if self.gate is not None and served is not None and served.concurrency is not None:
+            self.gate.limiter.release(request.function, request.id)
+
     def _refusal(
         self, request: ToolCallRequest, now: float, *, fresh_switches: bool
     ) -> ToolCallResult | None:

@@ -20,7 +20,8 @@ the process is not answering anything (and it has not refreshed its broker heart
 since, which any of its threads would do if one could run): it is killed, so that the
 supervisor restarts it
 and hands its other calls back to the queue (``recover_dead_worker``), where another
-process serves them within their own deadlines.
+process serves them within their own deadlines; its calls' concurrency slots are freed
+just before the kill (``forget_calls``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from pydantic import ValidationError
 
 from toolfleet.shared.naming import broker_heartbeats_key, brokers_key, inflight_key
 from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallResult
+from toolfleet.worker.messaging.recovery import forget_calls
 from toolfleet.worker.pipeline.ledger import MIN_ANSWER_S, InFlight, Posted, post_outcome
 
 __all__ = ["Watchdog", "start_watchdog"]
@@ -156,7 +158,7 @@ class Watchdog:
                         "worker process pid %d answers nothing since tool %s overran its "
                         "limit (call %s); replacing the process", pid, record.function, record.id,
                     )  # fmt: skip
-                    self.client.delete(inflight_key(self.namespace, worker_id))
+                    forget_calls(self.client, self.namespace, worker_id)  # frees its slots
                     self.replace(pid)
         self._answered = {key: at for key, at in self._answered.items() if key in seen}
         return running

@@ -7,7 +7,11 @@ enough to expire): the limit shrinks for good. Here each slot is a member of
 ``<ns>:concurrency:<function>`` scored by its lease's end (the call's own time limit
 plus a margin, :data:`LEASE_MARGIN_S`); acquiring first drops expired leases, so a
 dead holder's slot comes back when its lease ends, and a live holder never outlives its
-lease (the toolkit stops the call at its time limit).
+lease (the toolkit stops the call at its time limit). The lease's end is the backstop:
+a holder whose death is known gives its slot back then, by the supervisor's recovery of
+its process (:func:`toolfleet.worker.messaging.recovery.forget_calls`) or by the worker
+that finds its claim dead on redelivery (:meth:`CallPipeline.release_slot
+<toolfleet.worker.pipeline.calls.CallPipeline.release_slot>`).
 
 A call that finds no slot free waits, polling every :data:`POLL_S`, until one frees or
 its deadline passes (then it is answered ``timeout`` without running). It waits in the
