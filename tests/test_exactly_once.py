@@ -6,6 +6,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -113,6 +114,57 @@ def test_twenty_deliveries_run_a_side_effect_tool_once_with_one_reply(
     finally:
         r.delete(key, reply_to)
         r.close()
+
+
+def _delivered_twice(r: redis.Redis, ns: str, index: int) -> tuple[float | None, list[str], int]:
+    """Publish one request twice (together, one after the other, or the second later); return
+    the seconds its first reply took (None: none within 5 s), its replies' statuses and runs."""
+    key = f"{ns}:runs:{uuid.uuid4().hex}"
+    reply_to = f"{ns}:reply:twice-{uuid.uuid4().hex}"
+    request = ToolCallRequest(
+        id=new_call_id(),
+        function=FUNCTION,
+        arguments={"key": key, "seconds": 0.05},
+        reply_to=reply_to,
+        deadline=time.time() + 30,
+        timeout_s=30,
+    )
+    try:
+        published = time.monotonic()
+        if index % 3 == 0:
+            both = [threading.Thread(target=_enqueue, args=(r, ns, request)) for _ in range(2)]
+            for thread in both:
+                thread.start()
+            for thread in both:
+                thread.join()
+        else:
+            _enqueue(r, ns, request)
+            time.sleep(0.0 if index % 3 == 1 else 0.2)
+            _enqueue(r, ns, request)
+        took: float | None = None
+        while took is None and time.monotonic() - published < 5:
+            if _results(r, reply_to):
+                took = time.monotonic() - published
+            else:
+                time.sleep(0.02)
+        time.sleep(0.3)  # a second reply would be posted by now (the other delivery is done)
+        statuses = [e.result.status.value for e in _results(r, reply_to) if e.result is not None]
+        return took, statuses, int(r.get(key) or 0)
+    finally:
+        r.delete(key, reply_to)
+
+
+def test_every_request_delivered_twice_gets_its_one_reply_within_5_s(once_fleet: Fleet) -> None:
+    """60 requests each published twice, 6 at a time: every one has exactly one ok reply on its
+    reply list within 5 s of publishing, and its tool ran once."""
+    r = redis.Redis.from_url(once_fleet.redis_url)
+    try:
+        with ThreadPoolExecutor(6) as pool:
+            runs = list(pool.map(lambda i: _delivered_twice(r, once_fleet.namespace, i), range(60)))
+    finally:
+        r.close()
+    assert [run for run in runs if run[0] is None] == []
+    assert [run for run in runs if run[1:] != (["ok"], 1)] == []
 
 
 def test_calls_the_producer_resolved_get_no_worker_reply_and_late_pickups_are_expired(
