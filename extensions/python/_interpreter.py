@@ -24,6 +24,7 @@ import secrets
 import shutil
 import signal
 import tempfile
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,7 @@ __all__ = ["CellOutput", "Interpreter", "InterpreterTimeout", "sandbox_env", "wa
 _CHUNK = 65536
 _EXIT_WAIT_S = 0.5
 _TIDY_WAIT_S = 5.0
+_EXIT_CLEANUP_S = 1.0
 
 _LIVE: set[Interpreter] = set()
 _TIDYING: set[asyncio.Task[None]] = set()
@@ -411,5 +413,6 @@ def _kill_all() -> None:
     """Leave no interpreter or directory behind when the worker process exits."""
     for interpreter in list(_LIVE):
         interpreter._signal_group()
+    deadline = time.monotonic() + _EXIT_CLEANUP_S  # what is left, the next start sweeps
     for interpreter in list(_LIVE):
-        interpreter._remove_workdir(wait_s=0.5)
+        interpreter._remove_workdir(wait_s=max(0.0, deadline - time.monotonic()))
