@@ -1,4 +1,5 @@
-"""Test helpers that read process trees from /proc (Linux): descendants, liveness, sandbox pids."""
+"""Test helpers that read process trees from /proc (Linux): descendants, liveness, sandbox pids,
+cgroups."""
 
 from __future__ import annotations
 
@@ -95,3 +96,36 @@ def host_pid(inner_pid: int, roots: set[int]) -> int:
             if line.startswith("NSpid:") and int(line.split()[-1]) == inner_pid:
                 return pid
     raise LookupError(f"no process {inner_pid} below {sorted(roots)}")
+
+
+def _cgroup_mounts() -> list[tuple[str, Path, str, set[str]]]:
+    """``(fstype, mount point, mounted root, super options)`` of each cgroup mount."""
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields, _, tail = line.partition(" - ")
+        parts, tails = fields.split(), tail.split()
+        if tails and tails[0] in ("cgroup", "cgroup2"):
+            found.append((tails[0], Path(parts[4]), parts[3], set(tails[2].split(","))))
+    return found
+
+
+def cgroup_dirs(pid: int) -> list[str]:
+    """The folders (under /sys/fs/cgroup) of every cgroup ``pid`` is in, root ones left out."""
+    folders: list[str] = []
+    mounts = _cgroup_mounts()
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if path == "/":
+            continue
+        names = set(controllers.split(",")) if controllers else set()
+        for fstype, point, root, options in mounts:
+            if (fstype == "cgroup2") if not names else bool(names & options):
+                relative = path[len(root) :] if root != "/" and path.startswith(root) else path
+                folders.append(str(point / relative.lstrip("/")))
+                break
+    return folders
+
+
+def session_cgroup_dirs(pid: int) -> list[str]:
+    """The cgroup folders of ``pid`` that are python-tool sessions (named toolfleet-python-*)."""
+    return [f for f in cgroup_dirs(pid) if Path(f).name.startswith("toolfleet-python-")]

@@ -301,21 +301,24 @@ def test_worker_cancellation_kills_the_process_group_at_the_limit(
         runner.close()
 
 
-def test_worker_exit_removes_interpreters_and_directories(tmp_path: Path) -> None:
-    """A process that exits with live interpreters kills them and removes their directories."""
+@pytest.mark.parametrize("isolation", ["bubblewrap", "unsafe-none"])
+def test_worker_exit_removes_interpreters_and_directories(tmp_path: Path, isolation: str) -> None:
+    """A process that exits with live interpreters kills them and removes their directories
+    and cgroups."""
     script = tmp_path / "leave.py"
     script.write_text(
         "import asyncio, time\n"
-        "from toolfleet.extensions.python import RunArguments, extension\n"
+        "from toolfleet.extensions.python import PythonToolConfig, RunArguments, make_extension\n"
         "from toolfleet.shared.tool import ExtensionContext\n"
         "ctx = ExtensionContext(call_id='1', function='f', slug='python', version='1',\n"
         "                       deadline=time.time() + 10, conversation='c')\n"
-        "tool = extension.tools[0]\n"
+        f"tool = make_extension(PythonToolConfig(isolation={isolation!r})).tools[0]\n"
         "out = asyncio.run(tool().call(RunArguments(code='x = 1'), ctx))\n"
         "(session,) = tool.pool()._sessions.values()\n"
-        "from proctree import tree\n"
+        "from proctree import session_cgroup_dirs, tree\n"
         "pids = tree(session.interpreter.process.pid)\n"
-        "print(session.interpreter.workdir, *pids)\n"
+        "folders = session_cgroup_dirs(session.interpreter.process.pid)\n"
+        "print(session.interpreter.workdir or '-', ','.join(folders) or '-', *pids)\n"
     )
     done = subprocess.run(
         [sys.executable, str(script)],
@@ -325,9 +328,11 @@ def test_worker_exit_removes_interpreters_and_directories(tmp_path: Path) -> Non
         timeout=30,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).parent)},
     )
-    workdir, *pids = done.stdout.split()
+    workdir, cgroups, *pids = done.stdout.split()
     assert pids and all(gone(int(pid)) for pid in pids), done.stderr
+    assert (workdir == "-") is (isolation == "bubblewrap"), done.stdout
     assert not Path(workdir).exists(), done.stderr
+    assert all(not Path(folder).exists() for folder in cgroups.split(",") if folder != "-")
 
 
 def test_crash_is_reported_and_next_call_is_fresh(sandbox: Callable[..., Sandbox]) -> None:
@@ -362,8 +367,8 @@ def test_least_recently_used_session_is_evicted(sandbox: Callable[..., Sandbox])
 
 
 def test_working_directory_is_private_and_removed(sandbox: Callable[..., Sandbox]) -> None:
-    """Files persist between calls in a private temporary directory removed at the end."""
-    box = sandbox()
+    """Unsandboxed, files persist between calls in a private host folder removed at the end."""
+    box = sandbox(PythonToolConfig(isolation="unsafe-none"))
     box.run("open('notes.txt', 'w').write('hi')")
     path = box.workdir()
     assert path.name.startswith("toolfleet-python-") and (path / "notes.txt").exists()

@@ -19,15 +19,22 @@ Sandbox (see :class:`PythonToolConfig` for every limit and its default, and
 - the code runs in a child process of the worker, never in the worker itself: its own
   process group and session, ``RLIMIT_AS`` (512 MiB), ``RLIMIT_CPU`` (per call and per
   interpreter), ``RLIMIT_FSIZE``, no core files, stdin on ``/dev/null``;
+- the session as a whole: at most ``max_processes`` (64) processes and ``memory_bytes``
+  (512 MiB) of memory, through a cgroup per interpreter where the host lets the worker
+  make one, else ``RLIMIT_NPROC`` in the sandbox's own user namespace (memory then
+  bounded per process only: ``max_processes`` times ``memory_bytes``); its files in a
+  private tmpfs of ``disk_bytes`` (128 MiB), never on the host's disk;
 - an empty environment: only ``PATH``, ``LANG`` and a few constants (``HOME`` and
   ``TMPDIR`` in the sandbox directory, thread counts of numeric libraries);
-- a fresh temporary working directory per interpreter, removed when it stops;
+- a fresh working directory per interpreter (``/sandbox``, with ``/tmp`` in it), gone
+  when it stops;
 - at the call's time limit the whole process group is killed with ``SIGKILL``, and the
   worker answers ``timeout`` on time even for ``while True: pass``;
 - when the worker process exits, its interpreters are killed and their directories
   removed; when it is killed outright (``SIGKILL``, OOM killer) the kernel kills the
   sandbox (``PR_SET_PDEATHSIG``, and the end of its PID namespace takes every process
-  the code started), and the directories are left to the container's lifetime;
+  the code started), and its next start (or any worker process's, within a minute)
+  removes the session cgroups (and ``unsafe-none`` folders) the dead process left;
 - output is captured at the file-descriptor level (``os.system`` and C extensions
   included), each field clipped to ``max_output_bytes`` with a marker.
 
@@ -54,6 +61,7 @@ Redis, so moving it between workers is not possible in general.
 
 from __future__ import annotations
 
+from toolfleet.extensions.python._leftovers import sweep
 from toolfleet.extensions.python._sandbox import unavailable_reason
 from toolfleet.extensions.python.config import PythonToolConfig
 from toolfleet.extensions.python.tool import (
@@ -104,8 +112,14 @@ def make_extension(
         description="A persistent, sandboxed Python interpreter per conversation.",
         tools=[BoundRun],
         timeout_s=timeout_s,
-        preflight=lambda: unavailable_reason(chosen),
+        preflight=lambda: _preflight(chosen),
     )
+
+
+def _preflight(config: PythonToolConfig) -> str | None:
+    """At worker start: remove what killed workers left, then say whether this host can serve."""
+    sweep()
+    return unavailable_reason(config)
 
 
 extension = make_extension()

@@ -8,7 +8,8 @@ Why the limits are set by the child itself and not in a ``preexec_fn``: the work
 process is multi-threaded, where ``preexec_fn`` may deadlock (see :mod:`subprocess`).
 ``_repl.py`` sets them first thing, before it reads any code, which is as strict.
 The new process group (``start_new_session``) lets :meth:`Interpreter.kill` stop the
-interpreter and every process it started with one ``killpg``.
+interpreter and every process it started with one ``killpg``; a session cgroup, where
+there is one, is emptied and removed after it (:mod:`._cgroups`).
 """
 
 from __future__ import annotations
@@ -19,16 +20,25 @@ import contextlib
 import json
 import logging
 import os
-import pwd
 import secrets
 import shutil
 import signal
 import tempfile
+import time
 from dataclasses import dataclass
 from typing import Any
 
+from toolfleet.extensions.python._cgroups import SessionCgroup
+from toolfleet.extensions.python._leftovers import sweep_if_due
 from toolfleet.extensions.python._output import OutputBuffer
-from toolfleet.extensions.python._sandbox import Launch, launch, sandbox_env, unavailable_reason
+from toolfleet.extensions.python._owner import owned_name
+from toolfleet.extensions.python._sandbox import (
+    Launch,
+    launch,
+    sandbox_env,
+    session_cgroups,
+    unavailable_reason,
+)
 from toolfleet.extensions.python.config import PythonToolConfig
 
 __all__ = ["CellOutput", "Interpreter", "InterpreterTimeout", "sandbox_env", "wait_tidied"]
@@ -36,6 +46,7 @@ __all__ = ["CellOutput", "Interpreter", "InterpreterTimeout", "sandbox_env", "wa
 _CHUNK = 65536
 _EXIT_WAIT_S = 0.5
 _TIDY_WAIT_S = 5.0
+_EXIT_CLEANUP_S = 1.0
 
 _LIVE: set[Interpreter] = set()
 _TIDYING: set[asyncio.Task[None]] = set()
@@ -73,15 +84,22 @@ class Interpreter:
 
     Attributes:
         process: the asyncio child process (its pid is also its process group id).
-        workdir: its private working directory, removed by :meth:`kill`.
+        workdir: its host working directory (``unsafe-none`` only; under bubblewrap it
+            is a tmpfs of the sandbox), removed by :meth:`kill`.
+        cgroup: its session cgroup, or ``None``; removed by :meth:`kill`.
         config: the limits it was started with.
     """
 
     def __init__(
-        self, process: asyncio.subprocess.Process, workdir: str, config: PythonToolConfig
+        self,
+        process: asyncio.subprocess.Process,
+        workdir: str | None,
+        config: PythonToolConfig,
+        cgroup: SessionCgroup | None = None,
     ) -> None:
         self.process = process
         self.workdir = workdir
+        self.cgroup = cgroup
         self.config = config
         self.loop = asyncio.get_running_loop()
         self._killed = False
@@ -89,11 +107,14 @@ class Interpreter:
 
     @classmethod
     async def start(cls, config: PythonToolConfig) -> Interpreter:
-        """Start a sandboxed interpreter in a fresh temporary directory.
+        """Start a sandboxed interpreter in a fresh private directory (and cgroup).
+
+        Also sweeps, at most once a minute, what killed workers left (:mod:`._leftovers`).
 
         Raises:
             OSError: the interpreter could not be started (missing executable, no
-                permission to switch to ``run_as_user``, out of processes).
+                permission to switch to ``run_as_user``, out of processes, its cgroup
+                could not be made).
             KeyError: ``run_as_user`` names no user.
         """
         unsafe = config.isolation == "unsafe-none"
@@ -106,29 +127,46 @@ class Interpreter:
         unavailable = unavailable_reason(config)
         if unavailable:
             raise OSError(unavailable)
-        workdir = tempfile.mkdtemp(prefix="toolfleet-python-")
+        await asyncio.to_thread(sweep_if_due)
+        workdir = None
+        if config.isolation == "unsafe-none":
+            workdir = tempfile.mkdtemp(prefix=owned_name() + "-")
+        cgroup: SessionCgroup | None = None
         try:
-            kwargs: dict[str, Any] = {}
-            if config.run_as_user is not None:
-                uid, gid = _user_ids(config.run_as_user)
-                os.chown(workdir, uid, gid)
-                kwargs = {"user": uid, "group": gid, "extra_groups": []}
             command = launch(config, workdir, ["-I", "-B", "{repl}", "{config}"])
+            kwargs: dict[str, Any] = {}
+            if command.user is not None:
+                uid, gid = command.user
+                if workdir is not None:
+                    os.chown(workdir, uid, gid)
+                kwargs = {"user": uid, "group": gid, "extra_groups": []}
             child_config = json.dumps(_child_config(config, command))
+            argv = [child_config if arg == "{config}" else arg for arg in command.argv]
+            host = session_cgroups(config)
+            if host is not None:
+                cgroup = await asyncio.to_thread(
+                    host.create, config.max_processes, config.memory_bytes
+                )
+                argv = cgroup.wrap(argv)
             process = await asyncio.create_subprocess_exec(
-                *(child_config if arg == "{config}" else arg for arg in command.argv),
+                *argv,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                cwd=workdir,
+                cwd=command.cwd,
                 env=command.env,
                 start_new_session=True,
                 **kwargs,
             )
+            if cgroup is not None:
+                await _enter(process, cgroup)
         except BaseException:
-            shutil.rmtree(workdir, ignore_errors=True)
+            if workdir is not None:
+                shutil.rmtree(workdir, ignore_errors=True)
+            if cgroup is not None:
+                cgroup.remove()
             raise
-        return cls(process, workdir, config)
+        return cls(process, workdir, config, cgroup)
 
     @property
     def alive(self) -> bool:
@@ -264,9 +302,31 @@ class Interpreter:
         except RuntimeError:  # the worker is exiting and takes no new threads
             self._remove_workdir()
 
-    def _remove_workdir(self) -> None:
-        shutil.rmtree(self.workdir, ignore_errors=True)
+    def _remove_workdir(self, wait_s: float = 2.0) -> None:
+        """Remove the host folder and the cgroup (waiting up to ``wait_s`` for the latter)."""
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        if self.cgroup is not None and not self.cgroup.remove(wait_s):
+            log.warning("could not remove the session cgroup %s", self.cgroup.folders[0])
         _LIVE.discard(self)
+
+
+async def _enter(process: asyncio.subprocess.Process, cgroup: SessionCgroup) -> None:
+    """Move the waiting launcher into ``cgroup``, then let it start the sandbox.
+
+    Raises:
+        OSError: it could not be moved (it is killed).
+    """
+    assert process.stdin is not None
+    try:
+        await asyncio.to_thread(cgroup.join, process.pid)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.wait()
+        raise
+    process.stdin.write(b"\n")
+    await process.stdin.drain()
 
 
 async def wait_tidied() -> None:
@@ -344,13 +404,8 @@ def _child_config(config: PythonToolConfig, command: Launch) -> dict[str, Any]:
         "memory_bytes": config.memory_bytes,
         "session_cpu_s": config.session_cpu_s,
         "max_file_bytes": config.max_file_bytes,
-        "max_processes": config.max_processes,
+        "max_processes": config.max_processes if command.limit_processes else None,
     }
-
-
-def _user_ids(user: str | int) -> tuple[int, int]:
-    entry = pwd.getpwuid(user) if isinstance(user, int) else pwd.getpwnam(user)
-    return entry.pw_uid, entry.pw_gid
 
 
 @atexit.register
@@ -358,4 +413,6 @@ def _kill_all() -> None:
     """Leave no interpreter or directory behind when the worker process exits."""
     for interpreter in list(_LIVE):
         interpreter._signal_group()
-        interpreter._remove_workdir()
+    deadline = time.monotonic() + _EXIT_CLEANUP_S  # what is left, the next start sweeps
+    for interpreter in list(_LIVE):
+        interpreter._remove_workdir(wait_s=max(0.0, deadline - time.monotonic()))

@@ -92,7 +92,8 @@ def describe(config: PythonToolConfig, timeout_s: float) -> str:
         f"{timeout_s:g} s wall clock, {config.cpu_s:g} s CPU, "
         f"{config.memory_bytes // 2**20} MiB memory; each output is cut to "
         f"{config.max_output_bytes} bytes (the middle is left out). No input is "
-        "available (stdin is empty); files go to a private temporary directory. The "
+        "available (stdin is empty); files go to a private temporary directory "
+        f"(at most {config.disk_bytes // 2**20} MiB in all). The "
         "standard library is available; other packages only if installed."
     )
 
