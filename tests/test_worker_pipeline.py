@@ -11,6 +11,7 @@ import pytest
 import redis
 from pydantic import BaseModel
 
+from conftest import delete_namespace
 from toolfleet.shared import Extension, ExtensionContext, Status, Tool, ToolCallRequest
 from toolfleet.shared.manifest import SwitchSpec
 from toolfleet.shared.naming import claim_key, outcome_key
@@ -18,7 +19,7 @@ from toolfleet.shared.wire import ReplyEnvelope
 from toolfleet.worker.isolation import child
 from toolfleet.worker.messaging.actors import MessageHandler
 from toolfleet.worker.pipeline.calls import CallPipeline
-from toolfleet.worker.pipeline.ledger import Ledger
+from toolfleet.worker.pipeline.ledger import InFlight, Ledger
 from toolfleet.worker.pipeline.observe import Observer
 from toolfleet.worker.registry.registry import Registry
 
@@ -130,3 +131,24 @@ def test_the_child_process_call_honours_the_logging_switch(logging_on: bool, mut
     finally:
         child._state.clear()
     assert value == {"muted": muted, "slug": "walkable"}
+
+
+def test_a_claim_retried_after_its_reply_was_lost_still_owns_the_call(
+    r: redis.Redis, redis_url: str, namespace: str
+) -> None:
+    """A claim script that ran but whose reply was lost, sent again with the same token
+    (redis-py retries on a dropped connection), finds its own claim and takes the call."""
+    ns = f"{namespace}-reclaim-{uuid.uuid4().hex[:6]}"
+    ledger = Ledger(r, ns, "test:1", 60, 10)
+    request = _request(ns, QUIET, 5.0)
+    token = ledger.new_token()
+    record = InFlight(
+        id=request.id, function=QUIET, reply_to=request.reply_to,
+        answer_by=request.deadline, limit_s=5.0,
+    )  # fmt: skip
+    assert ledger.claim(request, "tools.walkable", token, record).acquired
+    again = ledger.claim(request, "tools.walkable", token, record)
+    assert again.acquired, again
+    other = ledger.claim(request, "tools.walkable", ledger.new_token(), record)
+    assert not other.acquired  # a second delivery in this process is still not let in
+    delete_namespace(redis_url, ns)

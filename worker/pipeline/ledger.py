@@ -340,7 +340,10 @@ class Ledger:
             return Claim(acquired=False, outcome=value, cancel=cancel, switches=switches)
         if state == 1:
             return Claim(acquired=True, cancel=cancel, switches=switches)
-        owner = owner_of(value.decode() if isinstance(value, bytes) else str(value))
+        held = value.decode() if isinstance(value, bytes) else str(value)
+        if held == token:  # this delivery's own claim: a retry of a script whose reply was lost
+            return Claim(acquired=True, cancel=cancel, switches=switches)
+        owner = owner_of(held)
         if owner == self.worker_id:  # not running in this process (it checks that first)
             return Claim(acquired=False, cancel=cancel, owner=owner, switches=switches)
         score = self.client.zscore(workers_key(self.namespace, queue), owner) if owner else None
