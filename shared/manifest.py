@@ -50,7 +50,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from toolfleet.shared.errors import ConfigurationError
-from toolfleet.shared.mcp_config import McpServerConfig, setting_references
+from toolfleet.shared.mcp_config import (
+    McpServerConfig,
+    secret_args_problem,
+    setting_references,
+)
 from toolfleet.shared.tenancy.breakers import BreakerPolicy
 
 __all__ = [
@@ -237,6 +241,9 @@ class Manifest(BaseModel):
             unknown = setting_references(value) - declared
             if unknown:
                 raise ValueError(f"mcp: {value!r} names undeclared settings {sorted(unknown)}")
+        problem = secret_args_problem(self.mcp, {s.name for s in self.settings if s.secret})
+        if problem:
+            raise ValueError(f"mcp: {problem}")
         return self
 
 

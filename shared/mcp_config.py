@@ -16,20 +16,22 @@ Streamable HTTP (the server runs elsewhere)::
     headers = { Authorization = "Bearer {settings.api_key}" }
 
 ``{settings.<name>}`` in ``args``, ``env``, ``cwd``, ``url`` and ``headers`` is replaced by
-the extension's setting of that name (secret ones included; ``{{`` and ``}}`` are literal
-braces). Nothing else is expanded: no ``$VAR``, no ``~``; the worker's own environment never
-reaches the server except through declared settings.
+the extension's setting of that name (``{{`` and ``}}`` are literal braces). A secret
+setting may not appear in ``args`` (:func:`secret_args_problem`): a process's arguments are
+readable by every user of the machine; pass it in ``env``. Nothing else is expanded: no
+``$VAR``, no ``~``; the worker's own environment never reaches the server except through
+declared settings.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["McpServerConfig", "expand_settings", "setting_references"]
+__all__ = ["McpServerConfig", "expand_settings", "secret_args_problem", "setting_references"]
 
 #: ``{settings.<name>}``; ``{{`` / ``}}`` escape a literal brace.
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{settings\.([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -94,6 +96,30 @@ class McpServerConfig(BaseModel):
 def setting_references(text: str) -> set[str]:
     """The setting names ``text`` refers to with ``{settings.<name>}``."""
     return {m.group(1) for m in _PLACEHOLDER.finditer(text) if m.group(1)}
+
+
+def secret_args_problem(config: McpServerConfig, secret_names: Collection[str]) -> str | None:
+    """Why ``config`` may not start: its ``args`` name secret settings; ``None`` when they do not.
+
+    A stdio server's arguments are its ``/proc/<pid>/cmdline``, which every user of the
+    machine can read (and which is written again at each restart of the server); its
+    environment (``/proc/<pid>/environ``) is readable only by its own user. So a secret
+    goes in ``env``, and the manifest check and the worker both refuse it in ``args``.
+
+    Args:
+        config: the ``[mcp]`` table.
+        secret_names: the extension's settings declared ``secret = true``.
+    """
+    named = sorted({name for arg in config.args for name in setting_references(arg)})
+    secret = [name for name in named if name in secret_names]
+    if not secret:
+        return None
+    example = ", ".join(f'{name.upper()} = "{{settings.{name}}}"' for name in secret)
+    return (
+        f"args name the secret settings {secret}: a process's arguments are readable by "
+        f"every user of the machine (/proc/<pid>/cmdline); pass secrets to the server in env "
+        f"instead, e.g. env = {{ {example} }}"
+    )
 
 
 def expand_settings(text: str, values: Mapping[str, Any]) -> str:

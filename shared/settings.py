@@ -10,6 +10,8 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from toolfleet.shared.urls import url_passwords
+
 __all__ = ["Settings"]
 
 
@@ -102,6 +104,15 @@ class Settings(BaseSettings):
         """
         values = self.model_dump(exclude_none=True)
         return {f"TOOLFLEET_{name.upper()}": str(value) for name, value in values.items()}
+
+    def secret_values(self) -> set[str]:
+        """Values of these settings that are secrets, to scrub by value from replies and logs.
+
+        The password of ``redis_url`` (in its user part or a ``password=`` parameter); a
+        tool that returns its process's environment shows ``TOOLFLEET_REDIS_URL``. A
+        password a ``redis_client`` factory uses is not known here.
+        """
+        return url_passwords(self.redis_url)
 
     @classmethod
     def variable_names(cls) -> set[str]:

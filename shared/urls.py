@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from toolfleet.shared.errors import ConfigurationError
 
-__all__ = ["REDIS_SCHEMES", "check_redis_url", "redacted_url"]
+__all__ = ["REDIS_SCHEMES", "check_redis_url", "redacted_url", "url_passwords"]
 
 #: URL schemes redis-py's ``from_url`` serves.
 REDIS_SCHEMES = ("redis", "rediss", "unix")
@@ -38,6 +38,32 @@ def redacted_url(url: str | None) -> str:
         )
         masked = masked.replace(parts.query, query, 1)
     return masked
+
+
+def url_passwords(url: str | None) -> set[str]:
+    """The passwords ``url`` holds: the ones :func:`redacted_url` masks, to scrub by value.
+
+    ``redis://user:pw@host/0`` and ``unix:///s.sock?password=pw`` both give ``{"pw"}``; a
+    percent-encoded password is given both as written and decoded (``p%40ss`` and
+    ``p@ss``). Empty for ``None``, an unparsable URL or one without a password.
+    """
+    if not url:
+        return set()
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return set()
+    found = set()
+    if "@" in parts.netloc:
+        userinfo = parts.netloc.rsplit("@", 1)[0]
+        if ":" in userinfo:
+            found.add(userinfo.split(":", 1)[1])
+    for pair in parts.query.split("&"):
+        if pair.lower().startswith("password="):
+            found.add(pair.split("=", 1)[1])
+    found |= {unquote(value) for value in found}
+    found |= {value for key, value in parse_qsl(parts.query) if key.lower() == "password"}
+    return {value for value in found if value}
 
 
 def check_redis_url(url: str) -> str:

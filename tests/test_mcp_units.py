@@ -13,7 +13,7 @@ import pytest
 
 from toolfleet.shared.errors import ConfigurationError, ExtensionToolError
 from toolfleet.shared.extension import Extension
-from toolfleet.shared.manifest import read_manifest
+from toolfleet.shared.manifest import SettingSpec, read_manifest
 from toolfleet.shared.mcp_config import McpServerConfig, expand_settings
 from toolfleet.shared.wire import Status, ToolCallRequest
 
@@ -43,6 +43,11 @@ def _write(tmp_path: Path, body: str) -> Path:
         ('[mcp]\ncommand = "s"\nheaders = { A = "b" }\n', "belong to a Streamable HTTP"),
         ('isolation = "process"\n[mcp]\ncommand = "s"\n', "does not apply"),
         ('[mcp]\ncommand = "s"\nargs = ["{settings.nope}"]\n', "undeclared settings ['nope']"),
+        (
+            '[mcp]\ncommand = "s"\nargs = ["--key={settings.k}"]\n'
+            '[[settings]]\nname = "k"\nsecret = true\n',
+            "pass secrets to the server in env",
+        ),
     ],
 )
 def test_bad_mcp_tables_are_manifest_errors(tmp_path: Path, body: str, problem: str) -> None:
@@ -50,6 +55,38 @@ def test_bad_mcp_tables_are_manifest_errors(tmp_path: Path, body: str, problem: 
     with pytest.raises(ConfigurationError, match="invalid manifest") as caught:
         read_manifest(_write(tmp_path, body))
     assert problem in str(caught.value)
+
+
+def test_a_plain_setting_in_args_and_a_secret_in_env_are_accepted(tmp_path: Path) -> None:
+    """Only secret settings are kept out of args; env may carry them."""
+    body = (
+        '[mcp]\ncommand = "s"\nargs = ["{settings.zone}"]\nenv = { K = "{settings.k}" }\n'
+        '[[settings]]\nname = "k"\nsecret = true\n[[settings]]\nname = "zone"\n'
+    )
+    assert read_manifest(_write(tmp_path, body)).mcp is not None
+
+
+def test_an_mcp_extension_built_in_python_with_a_secret_in_args_is_not_started(
+    tmp_path: Path,
+) -> None:
+    """An Extension object (no manifest check) whose MCP args name a secret setting is skipped
+    and reported with a message pointing to env, and its server never starts."""
+    marks = tmp_path / "marks-{settings.k}"  # the server would make this folder
+    config = McpServerConfig(command=sys.executable, args=[str(PROBE), "--marks", str(marks)])
+    extension = Extension(
+        slug="argsecret",
+        version="1",
+        mcp=config,
+        settings=[SettingSpec(name="k", secret=True, default="sk-in-argv-0123")],
+    )
+    registry = Registry(f"argsecret-{uuid.uuid4().hex[:6]}")
+    registry.add_extensions([("python:argsecret", extension)])
+    try:
+        assert "in env" in registry.errors["python:argsecret"]
+        assert "sk-in-argv-0123" not in registry.errors["python:argsecret"]
+        assert not registry.served and not list(tmp_path.glob("marks-*"))
+    finally:
+        registry.close()
 
 
 def test_settings_placeholders_expand_and_braces_escape() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import logging
@@ -41,7 +42,9 @@ class LeakResult(Tool):
 
     def call(self, arguments: Nothing, context: ExtensionContext) -> dict[str, Any]:
         secret = _secret()
-        context.logger.warning("calling the API with key=%s (%r)", secret, secret)
+        context.logger.warning(
+            "calling the API with key=%s (%r, %r)", secret, secret, secret.encode()
+        )
         context.progress(f"using {secret}")
         return {
             "raw": secret,
@@ -51,6 +54,9 @@ class LeakResult(Tool):
             "repr": repr({"key": secret}),
             "url": "https://api.example.com/v1?key=" + quote(secret, safe=""),
             "form": "key=" + quote_plus(secret),
+            "bytes": f"{secret.encode()!r}",
+            "ascii": ascii(secret),
+            "base64": base64.b64encode(secret.encode()).decode(),
             secret: "as a key",
             "list": [secret, {"nested": secret}],
         }
@@ -78,11 +84,16 @@ class LeakCrash(Tool):
 
 def _forms(secret: str) -> set[str]:
     """The encodings a leak would show (computed here, independently of the redactor)."""
+    in_bytes = repr(secret.encode())[2:-1]
     return {
         secret,
         json.dumps(secret)[1:-1],
         json.dumps(secret, ensure_ascii=False)[1:-1],
         repr(secret)[1:-1],
+        ascii(secret)[1:-1],
+        in_bytes,
+        json.dumps(in_bytes)[1:-1],
+        base64.b64encode(secret.encode()).decode(),
         quote(secret, safe=""),
         quote_plus(secret),
     }
@@ -101,7 +112,8 @@ SECRETS = st.builds(
 @given(secret=SECRETS)
 def test_planted_secret_appears_in_no_reply_log_record_or_event(secret: str) -> None:
     """A secret with quotes, backslashes, tabs, newlines or non-ASCII characters, returned by a
-    tool, raised in its errors and logged, appears in no encoding in any reply, log or event."""
+    tool (also as the repr of its UTF-8 bytes, ascii() and base64), raised in its errors and
+    logged, appears in no encoding in any reply, log or event."""
     assume(secret.strip() == secret and len(secret) >= 8)
     PLANTED["secret"] = secret
     registry = Registry(f"scrub-{uuid.uuid4().hex[:6]}")

@@ -31,6 +31,9 @@ _state: dict[str, Any] = {}
 def init_child(specs: list[str], entry_points: bool, log_level: str) -> None:
     """Pool initializer: arm the parent-death signal, drop the metric files, load extensions.
 
+    Log records, warnings and what tools print are scrubbed of the secrets the worker
+    process scrubs (the Redis password, the extensions' secret settings).
+
     Every setting (namespace, extension folders, secrets folder) comes from
     :class:`~toolfleet.shared.settings.Settings`, read from the environment the child
     inherits from its worker process; the arguments are what only the worker's command
@@ -48,7 +51,9 @@ def init_child(specs: list[str], entry_points: bool, log_level: str) -> None:
     die_with_parent()
     from toolfleet.shared.settings import Settings
     from toolfleet.worker.registry.loader import load_all
+    from toolfleet.worker.registry.redaction import Redactor
     from toolfleet.worker.registry.registry import Registry
+    from toolfleet.worker.registry.scrubbed_streams import scrub_standard_streams
 
     _forget_metric_files()
 
@@ -58,11 +63,16 @@ def init_child(specs: list[str], entry_points: bool, log_level: str) -> None:
         level=log_level.upper(),
         format=f"%(asctime)s %(levelname)s [{worker_id} child] %(name)s: %(message)s",
     )
-    registry = Registry(settings.namespace, secrets_dir=settings.secrets_dir, start_mcp=False)
+    redactor = Redactor(settings.secret_values())
+    registry = Registry(
+        settings.namespace, secrets_dir=settings.secrets_dir, redactor=redactor, start_mcp=False
+    )
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(redactor.log_filter())
+    logging.captureWarnings(True)
+    scrub_standard_streams(redactor)
     loaded, _ = load_all(specs, folders=settings.extension_folders(), entry_points_too=entry_points)
     registry.add_extensions(loaded)
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(registry.redactor.log_filter())
     _state["registry"] = registry
 
 

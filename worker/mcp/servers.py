@@ -23,7 +23,7 @@ from pydantic import BaseModel, SecretStr
 
 from toolfleet.shared.errors import ConfigurationError
 from toolfleet.shared.extension import Extension
-from toolfleet.shared.mcp_config import McpServerConfig, expand_settings
+from toolfleet.shared.mcp_config import McpServerConfig, expand_settings, secret_args_problem
 from toolfleet.shared.spec import ToolSpec
 from toolfleet.worker.mcp import launch
 from toolfleet.worker.mcp.connection import HttpTarget, McpConnection, StdioTarget, Target
@@ -185,9 +185,14 @@ def target_for(config: McpServerConfig, settings: BaseModel | None, folder: Path
     it is started through :mod:`toolfleet.worker.mcp.launch` (dies with its worker).
 
     Raises:
-        ConfigurationError: the command cannot be found.
+        ConfigurationError: the command cannot be found, or ``args`` name a secret
+            setting (:func:`~toolfleet.shared.mcp_config.secret_args_problem`; an extension
+            built in Python skips the manifest check).
     """
     values = _plain_values(settings)
+    problem = secret_args_problem(config, _secret_names(settings))
+    if problem:
+        raise ConfigurationError(f"MCP server not started: {problem}")
 
     def fill(text: str) -> str:
         return expand_settings(text, values)
@@ -235,3 +240,9 @@ def _plain_values(settings: BaseModel | None) -> dict[str, Any]:
         value = getattr(settings, name)
         values[name] = value.get_secret_value() if isinstance(value, SecretStr) else value
     return values
+
+
+def _secret_names(settings: BaseModel | None) -> set[str]:
+    if settings is None:
+        return set()
+    return {n for n in type(settings).model_fields if isinstance(getattr(settings, n), SecretStr)}

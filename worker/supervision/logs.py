@@ -5,7 +5,7 @@ UTC with microseconds; ``level``, ``logger``, ``message``, ``worker``, and while
 handled ``call_id``, ``function``, ``traceparent``, ``trace_id`` and ``span_id`` (the
 call's CONSUMER span, see :mod:`toolfleet.shared.tracing`, or its ``traceparent``); plus
 ``status``, ``queued_s``, ``run_s`` on the per-call line). Secret setting values are
-scrubbed from every record (:mod:`.redaction`).
+scrubbed from every record (:mod:`.redaction`), warnings included.
 """
 
 from __future__ import annotations
@@ -89,7 +89,11 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure_logging(level: str, fmt: str, worker: str, redactor: Redactor) -> None:
-    """Set up the root logger of a worker process (stderr; text or ``json``)."""
+    """Set up the root logger of a worker process (stderr; text or ``json``).
+
+    ``warnings.warn`` goes through it too (``logging.captureWarnings``, logger
+    ``py.warnings``), so a warning's text is scrubbed like any record.
+    """
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
@@ -102,3 +106,4 @@ def configure_logging(level: str, fmt: str, worker: str, redactor: Redactor) -> 
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    logging.captureWarnings(True)

@@ -34,6 +34,7 @@ from toolfleet.worker.pipeline.replies import post_rejection
 from toolfleet.worker.registry.loader import load_all
 from toolfleet.worker.registry.redaction import Redactor
 from toolfleet.worker.registry.registry import Registry
+from toolfleet.worker.registry.scrubbed_streams import scrub_standard_streams
 from toolfleet.worker.supervision import metrics
 from toolfleet.worker.supervision.health import remove_heartbeat, write_heartbeat
 from toolfleet.worker.supervision.heartbeat import CatalogPublisher
@@ -79,8 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     worker_id = f"{socket.gethostname()}:{os.getpid()}"
     settings = Settings.from_env()
     redis_url = settings.redis_url or ""  # empty when settings.redis_client builds the client
-    redactor = Redactor()
+    redactor = Redactor(settings.secret_values())
     configure_logging(args.log_level, settings.log_format, worker_id, redactor)
+    scrub_standard_streams(redactor)  # what tools print; extension secrets join at load
     stop = threading.Event()
     _install_signal_handlers(stop)
     _watch_parent(stop)
