@@ -1,9 +1,12 @@
-"""Bounds on a call's time budget that the producer and the worker both enforce.
+"""Bounds on a call that the producer and the worker both enforce, declared once here.
 
 A budget must be a finite, positive number of seconds no larger than
 :data:`MAX_TIMEOUT_S`. The producer refuses a larger one as misuse (``ClientError``); the
 worker answers ``rejected`` to a raw message whose deadline lies further ahead (Redis
 refuses expiry times that large, and nobody waits a week for a tool call).
+
+A document on the wire nests at most :data:`MAX_DEPTH` levels of arrays and objects
+(``{"a": 1}`` is depth 1), counted over the whole request document.
 """
 
 from __future__ import annotations
@@ -11,12 +14,18 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["DEADLINE_SLACK_S", "MAX_TIMEOUT_S", "deadline_problem", "timeout_problem"]
+__all__ = ["DEADLINE_SLACK_S", "MAX_DEPTH", "MAX_TIMEOUT_S", "deadline_problem", "timeout_problem"]
 
 #: The largest ``timeout_s`` a call may have, seconds (one day).
 MAX_TIMEOUT_S = 86_400.0
 #: Seconds a deadline may lie beyond ``now + MAX_TIMEOUT_S`` (clock skew between hosts).
 DEADLINE_SLACK_S = 300.0
+
+#: The deepest nesting of arrays and objects a JSON document on the wire may have: what
+#: orjson's decoder accepts (it refuses a 1,025th level). The codec encodes and decodes
+#: exactly the documents within it, whichever of orjson or the standard library does the
+#: work, so a request the producer publishes is a request the worker can read.
+MAX_DEPTH = 1024
 
 
 def timeout_problem(timeout_s: Any) -> str:
