@@ -10,18 +10,31 @@ level and nested (a request's ``context``, a reply's ``result`` or ``event``), s
 producer or worker one version ahead can add a field without older peers refusing
 its messages mid-rollout (the robustness principle of RFC 1122 §1.2.2; what a
 producer *accepts from its caller* is still checked, see ``producer._calls``).
+
+Every field of a request is bounded (:mod:`toolfleet.shared.limits`): the producer builds
+and the worker decodes requests through these models, so both refuse the same ones.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal, NoReturn
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, NoReturn
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
 
 from toolfleet.shared import codec
 from toolfleet.shared.errors import ERROR_FOR_STATUS
+from toolfleet.shared.limits import (
+    MAX_DEPTH,
+    MAX_ID_CHARS,
+    MAX_METADATA_BYTES,
+    MAX_NAME_CHARS,
+    MAX_REPLY_TO_CHARS,
+    MAX_TRACESTATE_CHARS,
+)
 from toolfleet.shared.status import Status
 
 __all__ = [
@@ -32,12 +45,48 @@ __all__ = [
     "ToolCallResult",
     "ToolEvent",
     "new_call_id",
+    "validation_problems",
 ]
 
 
 def new_call_id() -> str:
     """A fresh request id: a random UUID4 as a string (unique across every producer)."""
     return str(uuid.uuid4())
+
+
+def validation_problems(exc: ValidationError) -> str:
+    """Each field a wire model refused and why, without its value.
+
+    E.g. ``context.user: String should have at most 256 characters`` (the bounds of
+    :mod:`toolfleet.shared.limits`); several are joined with ``; ``.
+    """
+    return "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or 'value'}: {error['msg']}"
+        for error in exc.errors(include_url=False, include_input=False)
+    )
+
+
+def _at_most(limit: int) -> Callable[[str], str]:
+    """A check that a string holds at most ``limit`` characters (``len``).
+
+    Not pydantic's ``max_length``: that refuses a string holding a lone surrogate, which
+    a request may carry (the worker replaces or refuses it with a clear answer).
+    """
+
+    def check(value: str) -> str:
+        if len(value) > limit:
+            raise PydanticCustomError(
+                "string_too_long",
+                "String should have at most {max_length} characters",
+                {"max_length": limit},
+            )
+        return value
+
+    return check
+
+
+#: Text of at most :data:`~toolfleet.shared.limits.MAX_NAME_CHARS` characters.
+NameText = Annotated[str, AfterValidator(_at_most(MAX_NAME_CHARS))]
 
 
 class CallContext(BaseModel):
@@ -52,17 +101,39 @@ class CallContext(BaseModel):
             producer fills it in from the current OpenTelemetry context, if any).
         tracestate: the W3C ``tracestate`` header value that goes with it.
         metadata: free JSON object.
+
+    Bounds (:mod:`toolfleet.shared.limits`): ``account``, ``user``, ``llmclient``,
+    ``conversation`` and ``traceparent`` at most ``MAX_NAME_CHARS`` (256) characters,
+    ``tracestate`` at most ``MAX_TRACESTATE_CHARS``, ``metadata`` at most
+    ``MAX_METADATA_BYTES`` (64 KiB) encoded and nested within the request's
+    ``MAX_DEPTH``. An instance is validated again wherever a request takes it, so one
+    changed after it was built is still checked.
     """
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", revalidate_instances="always")
 
-    account: str | None = None
-    user: str | None = None
-    llmclient: str | None = None
-    conversation: str | None = None
-    traceparent: str | None = None
-    tracestate: str | None = None
+    account: NameText | None = None
+    user: NameText | None = None
+    llmclient: NameText | None = None
+    conversation: NameText | None = None
+    traceparent: NameText | None = None
+    tracestate: Annotated[str, AfterValidator(_at_most(MAX_TRACESTATE_CHARS))] | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("metadata")
+    @classmethod
+    def _bounded_metadata(cls, metadata: dict[str, Any]) -> dict[str, Any]:
+        if not metadata:
+            return metadata
+        try:  # the request and its context are the two levels above it
+            size = len(codec.dumps(metadata, max_depth=MAX_DEPTH - 2))
+        except codec.EncodeError as exc:
+            raise ValueError(f"metadata is not JSON a request can carry: {exc}") from None
+        if size > MAX_METADATA_BYTES:
+            raise ValueError(
+                f"metadata is {size} bytes encoded, over the limit of {MAX_METADATA_BYTES} bytes"
+            )
+        return metadata
 
 
 class ToolCallRequest(BaseModel):
@@ -81,16 +152,22 @@ class ToolCallRequest(BaseModel):
         sent_at: Unix epoch seconds when the producer published the call.
         events: when true the worker posts ``running`` and ``progress`` events to
             ``reply_to`` before the result (a producer streaming the call's status).
+
+    Bounds (:mod:`toolfleet.shared.limits`): ``id`` at most ``MAX_ID_CHARS`` (128)
+    characters, ``tool_call_id`` and ``function`` at most ``MAX_NAME_CHARS`` (256),
+    ``reply_to`` at most ``MAX_REPLY_TO_CHARS`` (1,024); ``arguments`` nested within
+    ``MAX_DEPTH`` (:meth:`arguments_size`; their size is the ``max_arguments_bytes``
+    setting); the whole encoded document at most ``MAX_DEPTH`` (1,024) levels deep.
     """
 
     model_config = ConfigDict(extra="ignore")
 
-    id: str
-    tool_call_id: str | None = None
-    function: str
+    id: Annotated[str, AfterValidator(_at_most(MAX_ID_CHARS))]
+    tool_call_id: NameText | None = None
+    function: NameText
     arguments: dict[str, Any] | str | None = None
     context: CallContext = Field(default_factory=CallContext)
-    reply_to: str
+    reply_to: Annotated[str, AfterValidator(_at_most(MAX_REPLY_TO_CHARS))]
     deadline: float = Field(allow_inf_nan=False)
     timeout_s: float = Field(allow_inf_nan=False)
     sent_at: float = Field(default_factory=time.time)
@@ -100,14 +177,15 @@ class ToolCallRequest(BaseModel):
         """Bytes ``arguments`` take on the wire (0 for none).
 
         Raises:
-            codec.EncodeError: an object that is not JSON.
+            codec.EncodeError: an object that is not JSON, or nests deeper than
+                ``MAX_DEPTH - 1`` levels (the request around it is the first).
         """
         arguments = self.arguments
         if arguments is None:
             return 0
         if isinstance(arguments, str):
             return len(arguments.encode("utf-8", "surrogatepass"))
-        return len(codec.dumps(arguments))
+        return len(codec.dumps(arguments, max_depth=MAX_DEPTH - 1))
 
     def encode(self) -> bytes:
         """Encode for the wire (orjson; exact big integers)."""

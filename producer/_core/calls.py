@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import redis
+from pydantic import ValidationError
 
 from toolfleet.producer.affinity import Routes
 from toolfleet.producer.backpressure import QueueLengths
@@ -20,9 +21,16 @@ from toolfleet.producer.turns import TurnCall
 from toolfleet.shared import codec
 from toolfleet.shared.catalog import Refusal
 from toolfleet.shared.errors import ClientError
-from toolfleet.shared.limits import timeout_problem
+from toolfleet.shared.limits import MAX_DEPTH, timeout_problem
 from toolfleet.shared.settings import Settings
-from toolfleet.shared.wire import CallContext, Status, ToolCallRequest, ToolCallResult, new_call_id
+from toolfleet.shared.wire import (
+    CallContext,
+    Status,
+    ToolCallRequest,
+    ToolCallResult,
+    new_call_id,
+    validation_problems,
+)
 
 __all__ = [
     "Arguments",
@@ -86,6 +94,8 @@ def _context_from(context: Any) -> CallContext:
         raise ClientError(f"bad context: unknown field(s) {', '.join(map(str, unknown))}")
     try:
         return CallContext(**(context or {}))
+    except ValidationError as exc:
+        raise ClientError(f"bad context: {validation_problems(exc)}") from None
     except Exception as exc:
         raise ClientError(f"bad context: {exc}") from exc
 
@@ -114,7 +124,8 @@ def build_request(
         events: ask the worker for ``running``/``progress`` events.
 
     Raises:
-        ClientError: a bad function name, arguments or tool_call_id.
+        ClientError: a bad function name, arguments or tool_call_id, or a field over its
+            bound (:mod:`toolfleet.shared.limits`; the message names the field).
     """
     if not isinstance(function, str) or not function:
         raise ClientError("function must be a non-empty string")
@@ -136,7 +147,9 @@ def build_request(
             sent_at=now,
             events=events,
         )
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+    except ValidationError as exc:
+        raise ClientError(f"bad call: {validation_problems(exc)}") from None
+    except ValueError as exc:
         raise ClientError(f"bad call: {exc}") from None
 
 
@@ -144,11 +157,18 @@ def arguments_size(request: ToolCallRequest) -> int:
     """Bytes the request's arguments take on the wire (``ToolCallRequest.arguments_size``).
 
     Raises:
-        ClientError: a dict that is not JSON (a set, an object, NaN...).
+        ClientError: a dict that is not JSON (a set, an object, NaN...), or nested so deep
+            that the request would nest deeper than
+            :data:`~toolfleet.shared.limits.MAX_DEPTH` levels (a worker cannot read it).
     """
     try:
         return request.arguments_size()
     except codec.EncodeError as exc:
+        if codec.depth_exceeds(request.arguments, MAX_DEPTH - 1):
+            raise ClientError(
+                f"arguments nest deeper than {MAX_DEPTH - 1} levels: a request (the first "
+                f"level) may nest at most {MAX_DEPTH} levels of arrays and objects"
+            ) from None
         raise ClientError(f"arguments are not JSON: {exc}") from None
 
 
@@ -274,7 +294,7 @@ def prepare_turn_call(
             deadline=deadline,
             events=events,
         )
-    except ClientError as exc:  # pragma: no cover - turns hands over checked calls
+    except ClientError as exc:  # a field over its bound (the turn checked the rest)
         return ToolCallResult(
             id=new_call_id(),
             tool_call_id=call.tool_call_id or None,

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from toolfleet.shared import codec, tracing
 from toolfleet.shared.naming import actor_name_for
-from toolfleet.shared.wire import Status, ToolCallRequest, ToolCallResult
+from toolfleet.shared.wire import Status, ToolCallRequest, ToolCallResult, validation_problems
 from toolfleet.worker.messaging.broker import FleetRedisBroker
 from toolfleet.worker.pipeline.calls import CallPipeline
 from toolfleet.worker.pipeline.ledger import InlineAck, Ledger, Posted
@@ -74,8 +74,9 @@ class MessageHandler:
                 raw if isinstance(raw, (str, bytes)) else codec.dumps(raw)
             )
         except (codec.DecodeError, ValidationError, codec.EncodeError) as exc:
-            self._reject_undecodable(raw, exc)
-            raise RejectedMessage(str(exc)[:500]) from None
+            why = validation_problems(exc) if isinstance(exc, ValidationError) else str(exc)
+            self._reject_undecodable(raw, why)
+            raise RejectedMessage(why[:500]) from None
         unnameable = [
             name for name in ("reply_to", "id") if has_lone_surrogate(getattr(request, name))
         ]
@@ -177,10 +178,10 @@ class MessageHandler:
             return
         log.debug("answered %s %s: %s", request.function, request.id, result.status.value)
 
-    def _reject_undecodable(self, raw: Any, exc: Exception) -> None:
-        log.warning("rejected an undecodable request: %s", str(exc)[:300])
+    def _reject_undecodable(self, raw: Any, why: str) -> None:
+        log.warning("rejected an undecodable request: %s", why[:300])
         post_rejection(
-            self.ledger.client, self.ledger.reply_ttl_s, raw, str(exc), self.pipeline.worker_id
+            self.ledger.client, self.ledger.reply_ttl_s, raw, why, self.pipeline.worker_id
         )
 
 

@@ -13,7 +13,9 @@ from typing import Any
 import redis
 
 from toolfleet.shared import codec
+from toolfleet.shared.limits import MAX_ID_CHARS, MAX_NAME_CHARS, MAX_REPLY_TO_CHARS
 from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallResult
+from toolfleet.worker.pipeline.scan import top_level_strings
 from toolfleet.worker.pipeline.surrogates import has_lone_surrogate
 
 __all__ = ["post_rejection", "push_reply"]
@@ -42,8 +44,13 @@ def post_rejection(client: redis.Redis, ttl_s: int, raw: Any, why: str, worker: 
 
     The one place such a reply is built (a decoded request's ``rejected`` comes from
     :meth:`~toolfleet.worker.pipeline.calls.CallPipeline.admit`). Only possible when its
-    ``reply_to`` can be read from the loose JSON and names a Redis list (no lone
-    surrogate).
+    ``reply_to`` can be read, from the loose JSON or, when even that does not decode (e.g.
+    nested deeper than :data:`~toolfleet.shared.limits.MAX_DEPTH`), by a scan of its
+    top-level members (:func:`~toolfleet.worker.pipeline.scan.top_level_strings`), and
+    names a Redis list (no lone surrogate, within ``MAX_REPLY_TO_CHARS``).
+
+    The reply is short whatever the request holds: ``id``, ``tool_call_id`` and
+    ``function`` are echoed cut to their bounds (``MAX_ID_CHARS``, ``MAX_NAME_CHARS``).
 
     Args:
         client: Redis client.
@@ -55,28 +62,49 @@ def post_rejection(client: redis.Redis, ttl_s: int, raw: Any, why: str, worker: 
     Returns:
         True when a reply was posted.
     """
-    loose: Any = raw
-    if isinstance(raw, (str, bytes)):
-        try:
-            loose = codec.loads(raw)
-        except codec.DecodeError:
-            return False
-    if not isinstance(loose, dict) or not isinstance(loose.get("reply_to"), str):
+    loose = _loose(raw)
+    reply_to = loose.get("reply_to")
+    if not isinstance(reply_to, str) or len(reply_to) > MAX_REPLY_TO_CHARS:
         return False
-    if has_lone_surrogate(loose["reply_to"]):  # no Redis list can be named with it
+    if has_lone_surrogate(reply_to):  # no Redis list can be named with it
         return False
     tool_call_id = loose.get("tool_call_id")
     result = ToolCallResult(
-        id=str(loose.get("id") or ""),
-        tool_call_id=tool_call_id if isinstance(tool_call_id, str) else None,
-        function=str(loose.get("function") or ""),
+        id=_echo(loose.get("id"), MAX_ID_CHARS),
+        tool_call_id=tool_call_id[:MAX_NAME_CHARS] if isinstance(tool_call_id, str) else None,
+        function=_echo(loose.get("function"), MAX_NAME_CHARS),
         status=Status.REJECTED,
         content={"error": f"the request could not be decoded: {why[:300]}"},
         worker=worker,
     )
     try:
-        push_reply(client, loose["reply_to"], ReplyEnvelope(type="result", result=result), ttl_s)
+        push_reply(client, reply_to, ReplyEnvelope(type="result", result=result), ttl_s)
     except (redis.RedisError, codec.EncodeError) as post_error:
-        log.error("could not post the rejection: %s", post_error)
+        log.error("could not post the rejection: %s", str(post_error)[:300])
         return False
     return True
+
+
+#: The members of a request a rejection reads.
+_ECHOED = frozenset({"reply_to", "id", "tool_call_id", "function"})
+
+
+def _loose(raw: Any) -> dict[str, Any]:
+    """The request as loose JSON, or what a scan of its text can read ({} for nothing)."""
+    if not isinstance(raw, (str, bytes)):
+        return raw if isinstance(raw, dict) else {}
+    try:
+        loose = codec.loads(raw)
+    except codec.DecodeError:
+        return dict(top_level_strings(raw, _ECHOED))
+    return loose if isinstance(loose, dict) else {}
+
+
+def _echo(value: Any, bound: int) -> str:
+    """A scalar field as text cut to ``bound`` characters ("" for none or a container)."""
+    if not value or isinstance(value, (dict, list)):
+        return ""
+    try:
+        return str(value)[:bound]
+    except ValueError:  # an integer past Python's digit limit
+        return ""

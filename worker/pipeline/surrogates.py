@@ -28,20 +28,60 @@ def has_lone_surrogate(text: str) -> bool:
 def replace_lone_surrogates(value: Any) -> Any:
     """``value`` (a JSON value) with every lone surrogate in its strings and keys replaced.
 
-    Returns the same object when nothing needed replacing.
+    Returns the same object when nothing needed replacing, else a copy of its arrays and
+    objects. Walks without recursion, so a value nested as deep as a request may be
+    (:data:`~toolfleet.shared.limits.MAX_DEPTH`) is handled like a flat one.
     """
     if isinstance(value, str):
-        if value.isascii() or _SURROGATE.search(value) is None:
-            return value
-        return _SURROGATE.sub(REPLACEMENT, value)
-    if isinstance(value, dict):
-        items = [(replace_lone_surrogates(k), replace_lone_surrogates(v)) for k, v in value.items()]
-        if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(items, value.items(), strict=True)):
-            return value
-        return dict(items)
-    if isinstance(value, list):
-        replaced = [replace_lone_surrogates(item) for item in value]
-        if all(a is b for a, b in zip(replaced, value, strict=True)):
-            return value
-        return replaced
-    return value
+        return _replaced(value)
+    if not isinstance(value, (dict, list)) or not _holds_lone_surrogate(value):
+        return value
+    copy = _shell(value)
+    stack: list[tuple[Any, Any]] = [(value, copy)]
+    while stack:
+        source, target = stack.pop()
+        pairs = source.items() if isinstance(source, dict) else enumerate(source)
+        for key, item in pairs:
+            new = _shell(item)
+            if isinstance(target, dict):
+                target[_replaced(key) if isinstance(key, str) else key] = new
+            else:
+                target.append(new)
+            if isinstance(item, (dict, list)):
+                stack.append((item, new))
+    return copy
+
+
+def _replaced(text: str) -> str:
+    if text.isascii() or _SURROGATE.search(text) is None:
+        return text
+    return _SURROGATE.sub(REPLACEMENT, text)
+
+
+def _shell(item: Any) -> Any:
+    """An empty container of ``item``'s kind (filled later), a string's replacement, or ``item``."""
+    if isinstance(item, dict):
+        return {}
+    if isinstance(item, list):
+        return []
+    if isinstance(item, str):
+        return _replaced(item)
+    return item
+
+
+def _holds_lone_surrogate(value: dict[Any, Any] | list[Any]) -> bool:
+    stack: list[Any] = [value]
+    while stack:
+        container = stack.pop()
+        items = container
+        if isinstance(container, dict):
+            if any(isinstance(k, str) and has_lone_surrogate(k) for k in container):
+                return True
+            items = container.values()
+        for item in items:
+            if isinstance(item, str):
+                if has_lone_surrogate(item):
+                    return True
+            elif isinstance(item, (dict, list)):
+                stack.append(item)
+    return False

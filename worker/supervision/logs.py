@@ -5,7 +5,10 @@ UTC with microseconds; ``level``, ``logger``, ``message``, ``worker``, and while
 handled ``call_id``, ``function``, ``traceparent``, ``trace_id`` and ``span_id`` (the
 call's CONSUMER span, see :mod:`toolfleet.shared.tracing`, or its ``traceparent``); plus
 ``status``, ``queued_s``, ``run_s`` on the per-call line). Secret setting values are
-scrubbed from every record (:mod:`.redaction`), warnings included.
+scrubbed from every record (:mod:`.redaction`), warnings included. A message is cut at
+:data:`MAX_MESSAGE_CHARS` characters: a record quoting a raw message (Dramatiq's own
+"Failed to process message ..." line repeats its arguments) stays one short line however
+large the request was.
 """
 
 from __future__ import annotations
@@ -21,7 +24,10 @@ from typing import Any
 
 from toolfleet.worker.registry.redaction import Redactor
 
-__all__ = ["CALL_FIELDS", "call_scope", "configure_logging"]
+__all__ = ["CALL_FIELDS", "MAX_MESSAGE_CHARS", "call_scope", "configure_logging"]
+
+#: Longest message of a log record, characters (longer ones are cut, saying how much).
+MAX_MESSAGE_CHARS = 4000
 
 #: Record attributes a call scope sets (and the JSON formatter writes when present).
 CALL_FIELDS = (
@@ -60,6 +66,11 @@ class _CallFilter(logging.Filter):
         for key, value in (_call.get() or {}).items():
             if not hasattr(record, key):
                 setattr(record, key, value)
+        message = record.getMessage()  # formatted once: the formatter reuses it
+        if len(message) > MAX_MESSAGE_CHARS:
+            cut = len(message) - MAX_MESSAGE_CHARS
+            message = f"{message[:MAX_MESSAGE_CHARS]}... [{cut} more characters]"
+        record.msg, record.args = message, None
         return True
 
 
