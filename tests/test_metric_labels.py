@@ -33,7 +33,11 @@ ECHO = "ext_fleet_test_echo"
 #: The longest label value the tests accept in any exposition, characters.
 LABEL_BOUND = 256
 #: Function strings only a raw message can carry: a lone surrogate and 1 MB of text.
-WIRE_FUNCTIONS = ["\ud800", "f" * 1_048_576]
+#: Function strings off the wire and how a worker answers each: a lone surrogate and a name
+#: too long for a label (but within the request's bound) are unknown functions; 1 MB is over
+#: the request's bound on ``function`` and is refused.
+WIRE_FUNCTIONS = ["\ud800", "f" * 255, "f" * 1_048_576]
+WIRE_STATUSES = ["unknown_function", "unknown_function", "rejected"]
 
 
 def _free_port() -> int:
@@ -113,9 +117,10 @@ def test_function_label_is_a_served_name_or_unknown() -> None:
 def test_wire_function_strings_count_under_unknown_and_metrics_stay_up(
     label_fleet: Fleet, r: redis.Redis
 ) -> None:
-    """Raw messages whose function is a lone surrogate or 1 MB of text are answered
-    unknown_function and counted under function="unknown": /metrics answers 200, parses,
-    holds no label value over 256 characters and neither raw string."""
+    """Raw messages whose function is a lone surrogate, 255 characters or 1 MB of text are
+    answered (unknown_function, or rejected past the field's bound) and counted under
+    function="unknown": /metrics answers 200, parses, holds no label value over 256
+    characters and no raw string."""
     fleet = label_fleet
     port: int = fleet.metrics_port  # type: ignore[attr-defined]
     replies = [f"{fleet.namespace}:reply:labels-{i}" for i in range(len(WIRE_FUNCTIONS))]
@@ -123,11 +128,11 @@ def test_wire_function_strings_count_under_unknown_and_metrics_stay_up(
         _publish_raw(r, fleet.namespace, function, reply_to)
     with ToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
         assert client.call(ECHO, {"text": "hi"}, timeout_s=30).ok
-    for reply_to in replies:
+    for reply_to, expected in zip(replies, WIRE_STATUSES, strict=True):
         popped = r.blpop([reply_to], timeout=60)
         assert popped is not None, f"no reply on {reply_to}:\n{fleet.log()[-3000:]}"
         result = ReplyEnvelope.decode(popped[1]).result
-        assert result is not None and result.status.value == "unknown_function"
+        assert result is not None and result.status.value == expected
     deadline = time.monotonic() + 30
     counted: dict[tuple[str, str], float] = {}
     while time.monotonic() < deadline:
