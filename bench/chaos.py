@@ -38,6 +38,7 @@ import contextlib
 import functools
 import itertools
 import json
+import logging
 import os
 import random
 import secrets
@@ -774,9 +775,12 @@ def main(argv: list[str] | None = None) -> int:
     """Run the rounds; 0 when every call and readable raw message was answered once, on time."""
     args = parse_args(argv)
     folder = Path(tempfile.mkdtemp(prefix="toolfleet-chaos-"))
+    # the client's reconnect warnings go to a file, not between the rows
+    logging.basicConfig(filename=folder / "producer.log", level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
     chaos = Chaos(args, folder)
     rounds: list[Round] = []
-    failed_setup = False
+    failed_setup = interrupted = False
     with interrupts_as_keyboard():
         try:
             chaos.start()
@@ -791,7 +795,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(row(figures), flush=True)
         except KeyboardInterrupt:
             print("interrupted: cleaning up", file=sys.stderr)
-            failed_setup = True
+            interrupted = True
         except RuntimeError as exc:
             print(f"chaos: {exc}", file=sys.stderr)
             failed_setup = True
@@ -810,8 +814,11 @@ def main(argv: list[str] | None = None) -> int:
             "rounds": [asdict(f) for f in rounds], "failed": failed,
         }, indent=1) + "\n")  # fmt: skip
         print(f"wrote {out}")
+    if interrupted:
+        print(f"chaos: interrupted; logs kept in {folder}", file=sys.stderr)
+        return 130
     if failed:
-        print(f"chaos: FAILED; worker and Redis logs kept in {folder}", file=sys.stderr)
+        print(f"chaos: FAILED; worker, producer and Redis logs kept in {folder}", file=sys.stderr)
     else:
         shutil.rmtree(folder, ignore_errors=True)
     return 1 if failed else 0
