@@ -246,26 +246,27 @@ class Fleet:
         self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT,
                                      start_new_session=True)  # fmt: skip
         self.stopped: set[int] = set()
-        self.known: set[int] = set()
 
     def worker_pids(self) -> list[int]:
         """The supervisor's live worker processes."""
-        pids = [
+        return sorted(
             pid
             for pid in descendants(self.proc.pid)
             if (_proc_stat(pid) or ("", 0))[1] == self.proc.pid and WORKER_MODULE in _cmdline(pid)
-        ]
-        self.known.update(pids)
-        return sorted(pids)
+        )
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
     def stop(self) -> None:
-        """SIGCONT what this run stopped, SIGTERM the supervisor, then SIGKILL every leftover."""
+        """SIGCONT what this run stopped, SIGTERM the supervisor, then SIGKILL any leftover.
+
+        Leftovers are the processes below the supervisor just before it was stopped, killed
+        only while they still run the same command line (a pid is never reused blindly).
+        """
         for pid in self.stopped:
             _signal(pid, signal.SIGCONT)
-        everyone = set(descendants(self.proc.pid)) | self.known
+        below = {pid: _cmdline(pid) for pid in descendants(self.proc.pid)}
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -274,8 +275,8 @@ class Fleet:
                 _signal_group(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=5)
         _signal_group(self.proc.pid, signal.SIGKILL)
-        for pid in everyone:
-            if (found := _proc_stat(pid)) and found[0] not in "ZX":
+        for pid, cmdline in below.items():
+            if cmdline and _cmdline(pid) == cmdline:
                 _signal(pid, signal.SIGKILL)
         self._log.close()
 
@@ -626,7 +627,7 @@ class Chaos:
         figures.statuses = dict(sorted(statuses.items()))
         # the fleet back, the queue drained, a moment for stray replies
         self.wait_healthy(30.0)
-        self.wait_drained(15.0)
+        self.wait_drained(10.0)
         if raw:
             self.count_raw(figures, raw)
         time.sleep(1.5)
@@ -647,11 +648,11 @@ class Chaos:
         return ECHO, {"text": f"e{i}"}
 
     def count_raw(self, figures: Round, items: list[RawItem]) -> None:
-        """Wait for the readable raw messages' replies (up to 30 s); count the missing ones."""
+        """Wait for the readable raw messages' replies (up to 20 s); count the missing ones."""
         readable = [i.reply_to for i in items if i.reply_to is not None]
         figures.raw_readable = len(readable)
         missing = list(readable)
-        give_up = time.monotonic() + 30.0
+        give_up = time.monotonic() + 20.0
         with self.redis.client(30.0) as r:
             while missing and time.monotonic() < give_up:
                 pipe = r.pipeline(transaction=False)
