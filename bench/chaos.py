@@ -738,6 +738,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--unix", action="store_true", help="Redis on a unix socket only")
     parser.add_argument("--requirepass", action="store_true", help="Redis with a password")
+    parser.add_argument("--keep-logs", action="store_true", help="keep the logs on success too")
     parser.add_argument("--seed", type=int, default=20261201, help="seed of the fuzzed messages")
     parser.add_argument(
         "--out",
@@ -820,6 +821,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     if failed:
         print(f"chaos: FAILED; worker, producer and Redis logs kept in {folder}", file=sys.stderr)
+    elif args.keep_logs:
+        print(f"logs kept in {folder}")
     else:
         shutil.rmtree(folder, ignore_errors=True)
     return 1 if failed else 0
