@@ -4,7 +4,8 @@
   redis-py client or connection pool the caller built (Sentinel, credential providers,
   custom TLS).
 - **Errors**: at a public boundary a redis-py error becomes
-  :class:`~toolfleet.shared.errors.ConnectionFailed` naming the Redis without its password.
+  :class:`~toolfleet.shared.errors.ConnectionFailed` naming the Redis without its password;
+  a wait that a call's deadline ended, not Redis, raises :class:`DeadlinePassed`.
 - **fork()**: a client made before ``os.fork()`` (gunicorn ``--preload``, Celery prefork,
   ``multiprocessing`` with the fork start method) gets, in the child, its own identity,
   connections and threads on first use; :func:`track_forks` registers it with
@@ -27,6 +28,7 @@ from toolfleet.shared.urls import check_redis_url, redacted_url
 
 __all__ = [
     "FORKED_GIVEN_POOL",
+    "DeadlinePassed",
     "RedisSource",
     "keep_parents",
     "connection_failed",
@@ -39,6 +41,15 @@ __all__ = [
     "async_reply_connection",
     "sync_connection",
 ]
+
+
+class DeadlinePassed(redis.TimeoutError):
+    """The call's deadline came before Redis answered (or was asked): the budget ran out.
+
+    A ``redis.TimeoutError``, so code that handles Redis failures handles it too; the
+    producer's core answers a call whose catalog read ends so ``timeout``, not
+    ``not_available`` (:func:`toolfleet.producer._core.calls.catalog_refusal`).
+    """
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,12 @@
 ``ToolClient``'s connections time out after ``redis_timeout_s``, longer than what is left
 of a short call. :class:`DeadlineRunner` runs a publish or a catalog read on a few
 threads of its own and stops waiting for it when the deadline comes: the caller gets a
-``redis.TimeoutError`` then, while the I/O keeps its connection until redis-py's socket
-timeout ends it (redis-py disconnects a timed-out connection, so the pool never hands
-out one with a reply still due). Work whose deadline passed before a thread took it is
-not started. The work runs in a copy of the caller's context (``contextvars``), so what the
-caller has current (an OpenTelemetry span, log fields) is current for it too.
+:class:`~toolfleet.producer._redis.DeadlinePassed` (a ``redis.TimeoutError``) then,
+while the I/O keeps its connection until redis-py's socket timeout ends it (redis-py
+disconnects a timed-out connection, so the pool never hands out one with a reply still
+due). Work whose deadline passed before a thread took it is not started. The work runs
+in a copy of the caller's context (``contextvars``), so what the caller has current (an
+OpenTelemetry span, log fields) is current for it too.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TypeVar
 
 import redis
+
+from toolfleet.producer._redis import DeadlinePassed
 
 __all__ = ["BOUNDED_THREADS", "DeadlineRunner"]
 
@@ -45,7 +48,7 @@ class DeadlineRunner:
         The work runs in a copy of the caller's ``contextvars`` context.
 
         Raises:
-            redis.TimeoutError: no answer by ``deadline`` (the work may still complete).
+            DeadlinePassed: no answer by ``deadline`` (the work may still complete).
             redis.ConnectionError: the runner was closed before the work ran.
             Exception: whatever ``work`` raised.
         """
@@ -54,7 +57,7 @@ class DeadlineRunner:
 
         def bounded() -> T:
             if time.time() >= deadline:
-                raise redis.TimeoutError("the call's deadline passed before Redis was asked")
+                raise DeadlinePassed("the call's deadline passed before Redis was asked")
             return work()
 
         closed = redis.ConnectionError("the client closed before Redis was asked")
@@ -66,7 +69,7 @@ class DeadlineRunner:
             return future.result(max(0.0, deadline - time.time()))
         except FutureTimeout:
             future.cancel()
-            raise redis.TimeoutError("no answer from Redis by the call's deadline") from None
+            raise DeadlinePassed("no answer from Redis by the call's deadline") from None
         except CancelledError:  # dropped unstarted by close()
             raise closed from None
 

@@ -18,6 +18,7 @@ import redis
 import redis.asyncio
 from pydantic import ValidationError
 
+from toolfleet.producer._redis import DeadlinePassed
 from toolfleet.shared import codec
 from toolfleet.shared.catalog import (
     CatalogEntry,
@@ -187,10 +188,12 @@ class AsyncCatalogReader:
 
         Args:
             function: a function name (or several) whose miss forces an early re-read.
-            wait_s: longest wait for a read, seconds (``None``: the socket timeout).
+            wait_s: longest wait for a read, seconds (``None``: the socket timeout): what is
+                left of the call's budget.
 
         Raises:
-            redis.RedisError: Redis unreachable, or no answer within ``wait_s``.
+            DeadlinePassed: no answer within ``wait_s`` (a ``redis.TimeoutError``).
+            redis.RedisError: Redis unreachable.
         """
         snap = self._snapshot
         if snap is not None and _fresh(snap, function, self.cache_s, self.MISS_REFRESH_S):
@@ -203,7 +206,7 @@ class AsyncCatalogReader:
             async with asyncio.timeout(None if wait_s is None else max(0.0, wait_s)):
                 return await asyncio.shield(self._reading)
         except TimeoutError:
-            raise redis.TimeoutError(f"no catalog from Redis within {wait_s:.3g} s") from None
+            raise DeadlinePassed(f"no catalog from Redis within {wait_s:.3g} s") from None
 
     def _read_done(self, reading: asyncio.Future[Catalog]) -> None:
         self._reading = None

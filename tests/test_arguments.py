@@ -39,6 +39,22 @@ def test_trailing_comma_is_refused() -> None:
     assert "not valid JSON" in _error('{"n": 7,}')
 
 
+@pytest.mark.parametrize(
+    ("raw", "where"),
+    [
+        ('{"n": 1, "k": 1, "p": 0.5} extra', "line 1 column 28"),
+        ('{"n": 1, "k": 1, "p": 0.5}{"n": 2}', "line 1 column 27"),
+        ('{"n": 1, "k": 1, "p": 0.5}\n{"n": 2}', "line 2 column 1"),
+    ],
+)
+def test_trailing_data_after_the_arguments_is_refused_saying_where(raw: str, where: str) -> None:
+    """Anything but whitespace after the arguments' JSON value is invalid_arguments saying
+    where parsing stopped; the first value is not taken."""
+    message = _error(raw)
+    assert message.startswith("arguments are not valid JSON: "), message
+    assert where in message, message
+
+
 def test_double_encoded_object_is_unwrapped_once() -> None:
     """A JSON string holding the object is decoded once more."""
     assert parse_arguments('"{\\"n\\": 1, \\"k\\": 1, \\"p\\": 0.5}"', Binomial) == Binomial(

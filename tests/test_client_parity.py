@@ -67,6 +67,29 @@ def test_a_call_times_out_at_its_deadline(
     assert 0.5 <= time.monotonic() - started < 0.7
 
 
+def test_a_budget_too_short_for_the_round_trip_is_answered_timeout_never_not_available(
+    small_fleet: Fleet, make: Callable[..., Either]
+) -> None:
+    """timeout_s=0.001 against a healthy fleet is answered timeout (or expired, when a
+    worker took the call after its deadline), with a cold catalog and a warm one, for a
+    lone call and for a turn; never not_available "Redis unreachable"."""
+    for _ in range(3):
+        client = make(small_fleet.redis_url, namespace=small_fleet.namespace)  # cold catalog
+        for _ in range(2):
+            result = client.call(F + "echo", {"text": "x"}, timeout_s=0.001)
+            assert result.status in (Status.TIMEOUT, Status.EXPIRED), result
+        assert client.call(F + "echo", {"text": "x"}, timeout_s=30).status is Status.OK
+        turn = [{"id": "call_0", "type": "function",
+                 "function": {"name": F + "echo", "arguments": '{"text": "x"}'}}]  # fmt: skip
+        for timeout_s in (0.001, 0.001):
+            (message,) = make(small_fleet.redis_url, namespace=small_fleet.namespace).dispatch(
+                turn, timeout_s=timeout_s
+            )
+            assert "unreachable" not in message["content"], message
+            (message,) = client.dispatch(turn, timeout_s=timeout_s)
+            assert "unreachable" not in message["content"], message
+
+
 # -- cancellation ------------------------------------------------------------------------
 
 

@@ -288,3 +288,45 @@ def test_a_reply_address_with_a_lone_surrogate_is_refused_in_one_log_line(
     assert "reply_to" in logged[0] and "surrogate" in logged[0], logged[0]
     assert "Traceback" not in new, new[-3000:]
     r.close()
+
+
+def test_an_id_with_a_lone_surrogate_is_answered_rejected_on_its_usable_reply_list(
+    fuzz_fleet: Fleet,
+) -> None:
+    """A raw message whose id holds a lone surrogate but whose reply_to names a list is
+    answered rejected on that list, the id's surrogate replaced by U+FFFD, and never run."""
+    ns = fuzz_fleet.namespace
+    r = redis.Redis.from_url(fuzz_fleet.redis_url)
+    reply_to = f"{ns}:reply:{uuid.uuid4().hex}"
+    request = {
+        "id": "\ud800", "tool_call_id": "call_\udfff", "function": ECHO,
+        "arguments": {"text": "x"}, "reply_to": reply_to,
+        "deadline": time.time() + 60, "timeout_s": 60.0,
+    }  # fmt: skip
+    redis_id = str(uuid.uuid4())
+    message = {
+        "queue_name": TEST_QUEUE, "actor_name": actor_name_for(TEST_QUEUE),
+        "args": [json.dumps(request)], "kwargs": {},
+        "options": {"redis_message_id": redis_id}, "message_id": str(uuid.uuid4()),
+        "message_timestamp": int(time.time() * 1000),
+    }  # fmt: skip
+    try:
+        r.hset(f"{ns}:{TEST_QUEUE}.msgs", redis_id, _dumps(message))
+        r.rpush(f"{ns}:{TEST_QUEUE}", redis_id)
+        deadline, popped = time.monotonic() + 20, None
+        while popped is None and time.monotonic() < deadline:
+            popped = r.lpop(reply_to)
+            time.sleep(0.05)
+        assert popped is not None, f"no reply on {reply_to}:\n{fuzz_fleet.log()[-3000:]}"
+        envelope = json.loads(popped)
+        assert envelope["type"] == "result", envelope
+        result = envelope["result"]
+        assert result["status"] == "rejected", result
+        assert result["id"] == "\ufffd" and result["tool_call_id"] == "call_\ufffd", result
+        assert result["function"] == ECHO and "lone surrogate" in result["content"]["error"]
+        assert ReplyEnvelope.decode(popped).result.status is Status.REJECTED
+        time.sleep(0.5)
+        assert r.llen(reply_to) == 0, r.lrange(reply_to, 0, -1)  # one reply, no run
+    finally:
+        r.delete(reply_to)
+        r.close()

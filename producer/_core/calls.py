@@ -2,8 +2,9 @@
 
 A refused call is answered by the producer itself, at once, and nothing is published:
 ``rejected`` (arguments over ``max_arguments_bytes``, queue at ``max_queue_length``),
-``unknown_function`` (absent from the catalog) or ``not_available`` (no live worker,
-disabled, switched off, or not for this account).
+``unknown_function`` (absent from the catalog), ``not_available`` (no live worker,
+disabled, switched off, or not for this account; Redis unreachable) or ``timeout`` (the
+call's deadline came before the catalog could be read).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import redis
 from pydantic import ValidationError
 
+from toolfleet.producer._redis import DeadlinePassed
 from toolfleet.producer.affinity import Routes
 from toolfleet.producer.backpressure import QueueLengths
 from toolfleet.producer.catalog import Catalog
@@ -38,6 +40,7 @@ __all__ = [
     "admit",
     "arguments_size",
     "build_request",
+    "catalog_refusal",
     "check_timeout",
     "local_result",
     "make_context",
@@ -245,6 +248,25 @@ def publish_refusal(exc: BaseException) -> Refusal | None:
     return Refusal(Status.REJECTED, "the call was not published")
 
 
+def catalog_refusal(exc: BaseException, timeout_s: float) -> Refusal:
+    """How to answer a call whose catalog read raised ``exc`` (nothing was published).
+
+    The rule for budgets (README "Time budgets"): a valid budget, however short, is
+    answered ``timeout`` when its deadline ends the wait (:class:`DeadlinePassed`), as at
+    any deadline; only a failure of Redis itself is ``not_available``.
+
+    Args:
+        exc: what reading the catalog raised (a Redis failure).
+        timeout_s: the call's budget, seconds.
+    """
+    if isinstance(exc, DeadlinePassed):
+        message = (
+            f"no reply within {timeout_s:.3g} s: the deadline passed before the catalog was read"
+        )
+        return Refusal(Status.TIMEOUT, message)
+    return Refusal(Status.NOT_AVAILABLE, f"Redis unreachable: {exc}")
+
+
 def prepare_turn_call(
     call: TurnCall,
     *,
@@ -253,8 +275,7 @@ def prepare_turn_call(
     deadline: float,
     events: bool,
     reply_to: str,
-    catalog: Catalog | None,
-    unreachable: str,
+    catalog: Catalog | Refusal,
     settings: Settings,
     lengths: QueueLengths,
     routes: Routes | None = None,
@@ -268,8 +289,8 @@ def prepare_turn_call(
         deadline: the turn's deadline, Unix epoch seconds.
         events: ask the worker for status events.
         reply_to: the client's reply list.
-        catalog: the catalog snapshot, ``None`` when Redis was unreachable.
-        unreachable: why Redis was unreachable.
+        catalog: the catalog snapshot, or how to answer every call when it could not be
+            read (:func:`catalog_refusal`).
         settings: the client's settings.
         lengths: the queue-length accounting.
         routes: the client's session-affinity routes.
@@ -303,8 +324,8 @@ def prepare_turn_call(
             content={"error": str(exc)},
             queued_s=0.0,
         )
-    if catalog is None:
-        return local_result(request, Status.NOT_AVAILABLE, f"Redis unreachable: {unreachable}")
+    if isinstance(catalog, Refusal):
+        return local_result(request, catalog.status, catalog.message)
     try:
         admitted = admit(request, catalog, settings, lengths, routes)
     except ClientError as exc:

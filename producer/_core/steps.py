@@ -27,6 +27,7 @@ from toolfleet.producer._core.calls import (
     REDIS_FAILURES,
     Refusal,
     admit,
+    catalog_refusal,
     check_timeout,
     local_result,
     make_context,
@@ -221,8 +222,8 @@ class ProducerCore:
         try:
             catalog = yield ReadCatalog(request.function, request.deadline)
         except REDIS_FAILURES as exc:
-            message = f"Redis unreachable: {exc}"
-            settle(future, local_result(request, Status.NOT_AVAILABLE, message))
+            refusal = catalog_refusal(exc, request.timeout_s)
+            settle(future, local_result(request, refusal.status, refusal.message))
             return
         admitted = admit(request, catalog, self.config.settings, self.lengths, self.routes)
         if isinstance(admitted, Refusal):
@@ -260,14 +261,13 @@ class ProducerCore:
         ctx = make_context(context)
         timeout_s = check_timeout(timeout_s)
         state = TurnState(turn, emit, deadline=time.time() + timeout_s)
-        catalog: Catalog | None = None
-        unreachable = ""
+        catalog: Catalog | Refusal = Refusal(Status.NOT_AVAILABLE, "")  # read when there are calls
         if turn.calls:
             try:
                 functions = [c.function for c in turn.calls if c.function]
                 catalog = yield ReadCatalog(functions, state.deadline)
             except REDIS_FAILURES as exc:
-                unreachable = str(exc)
+                catalog = catalog_refusal(exc, timeout_s)
         batch: list[tuple[int, str, ToolCallRequest]] = []
         for call in turn.calls:
             prepared = prepare_turn_call(
@@ -278,7 +278,6 @@ class ProducerCore:
                 events=state.streaming,
                 reply_to=self.identity.reply_to,
                 catalog=catalog,
-                unreachable=unreachable,
                 settings=self.config.settings,
                 lengths=self.lengths,
                 routes=self.routes,
@@ -370,14 +369,14 @@ class ProducerCore:
         state: TurnState,
         batch: Sequence[tuple[int, str, ToolCallRequest]],
         new_future: Callable[[str], ResultFuture],
-        catalog: Catalog | None,
+        catalog: Catalog | Refusal,
     ) -> Generator[Step, Any, None]:
         """Publish a turn's calls in one pipeline (each holds a slot already).
 
         ``catalog`` is the snapshot that admitted them (their metric labels come from it).
         """
         sent: list[tuple[int, str, ToolCallRequest, ResultFuture, str]] = []
-        known = catalog.typed if catalog is not None else {}
+        known = catalog.typed if isinstance(catalog, Catalog) else {}
         for index, queue_name, request in batch:
             future = new_future(request.id)
             label = function_label(request.function, known)

@@ -7,9 +7,9 @@ Global options, before or after the subcommand: ``--redis-url`` (``TOOLFLEET_RED
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
+import socket
 import sys
 import uuid
 from pathlib import Path
@@ -33,6 +33,8 @@ from toolfleet.worker.cli.ops import events, exporter, health, top
 from toolfleet.worker.cli.support import EXIT_FAILED, CliState, ToolfleetGroup, global_options
 from toolfleet.worker.devtools.local_fleet import LocalFleet
 from toolfleet.worker.devtools.replay import ReplayReport, load_cases, replay, sample_file
+from toolfleet.worker.registry.redaction import Redactor
+from toolfleet.worker.supervision.logs import configure_logging
 from toolfleet.worker.supervision.redis_factory import load_factory
 from toolfleet.worker.supervision.supervisor import Supervisor, WorkerOptions
 
@@ -97,8 +99,10 @@ def worker(
         load_factory(factory)  # fail here, once, rather than in every process
     else:
         obj.require_url()
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    # the supervisor's own lines as the workers write theirs: TOOLFLEET_LOG_FORMAT, scrubbed
+    supervisor = f"{socket.gethostname()}:{os.getpid()} supervisor"
+    configure_logging(
+        "INFO", obj.settings.log_format, supervisor, Redactor(obj.settings.secret_values())
     )
     options = WorkerOptions(
         obj.settings.model_copy(update={"redis_client": factory}),

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import logging
 import os
 import socket
 import traceback
@@ -31,8 +30,11 @@ _state: dict[str, Any] = {}
 def init_child(specs: list[str], entry_points: bool, log_level: str) -> None:
     """Pool initializer: arm the parent-death signal, drop the metric files, load extensions.
 
-    Log records, warnings and what tools print are scrubbed of the secrets the worker
-    process scrubs (the Redis password, the extensions' secret settings).
+    The child logs as its worker process does: at ``log_level``, in the text or JSON lines
+    of ``TOOLFLEET_LOG_FORMAT`` (:func:`~toolfleet.worker.supervision.logs.configure_logging`),
+    its ``worker`` field ``host:pid child``. Log records, warnings and what tools print are
+    scrubbed of the secrets the worker process scrubs (the Redis password, the extensions'
+    secret settings).
 
     Every setting (namespace, extension folders, secrets folder) comes from
     :class:`~toolfleet.shared.settings.Settings`, read from the environment the child
@@ -54,23 +56,18 @@ def init_child(specs: list[str], entry_points: bool, log_level: str) -> None:
     from toolfleet.worker.registry.redaction import Redactor
     from toolfleet.worker.registry.registry import Registry
     from toolfleet.worker.registry.scrubbed_streams import scrub_standard_streams
+    from toolfleet.worker.supervision.logs import configure_logging
 
     _forget_metric_files()
 
     settings = Settings.from_env()
-    worker_id = f"{socket.gethostname()}:{os.getpid()}"
-    logging.basicConfig(
-        level=log_level.upper(),
-        format=f"%(asctime)s %(levelname)s [{worker_id} child] %(name)s: %(message)s",
-    )
-    redactor = Redactor(settings.secret_values())
+    redactor = Redactor(settings.secret_values())  # the extensions' secrets join at load
+    worker_id = f"{socket.gethostname()}:{os.getpid()} child"
+    configure_logging(log_level, settings.log_format, worker_id, redactor)
+    scrub_standard_streams(redactor)
     registry = Registry(
         settings.namespace, secrets_dir=settings.secrets_dir, redactor=redactor, start_mcp=False
     )
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(redactor.log_filter())
-    logging.captureWarnings(True)
-    scrub_standard_streams(redactor)
     loaded, _ = load_all(specs, folders=settings.extension_folders(), entry_points_too=entry_points)
     registry.add_extensions(loaded)
     _state["registry"] = registry

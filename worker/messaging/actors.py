@@ -63,7 +63,9 @@ class MessageHandler:
         script that answers the call (the consumer then skips its own round trip).
 
         A request whose ``reply_to`` or ``id`` holds a lone surrogate (no Redis key can be
-        named with it) is refused in one log line, with no reply.
+        named with it) is refused unrun, in one log line: with no reply when it is the
+        ``reply_to``, else answered ``rejected`` on its reply list (the id in that reply
+        has U+FFFD for each lone surrogate: :func:`~.replies.post_rejection`).
 
         Raises:
             RejectedMessage: the body is not a request (after answering ``rejected`` when a
@@ -77,13 +79,21 @@ class MessageHandler:
             why = validation_problems(exc) if isinstance(exc, ValidationError) else str(exc)
             self._reject_undecodable(raw, why)
             raise RejectedMessage(why[:500]) from None
-        unnameable = [
-            name for name in ("reply_to", "id") if has_lone_surrogate(getattr(request, name))
-        ]
-        if unnameable:  # no Redis key (claim, outcome, reply list) can be named with it
+        if has_lone_surrogate(request.reply_to):  # no reply list can be named with it
             log.warning(
-                "refused call %r to %r: its %s holds a lone surrogate, so no reply can be posted",
-                request.id, request.function, " and ".join(unnameable),
+                "refused call %r to %r: its reply_to holds a lone surrogate, so no reply can "
+                "be posted", request.id, request.function,
+            )  # fmt: skip
+            return
+        if has_lone_surrogate(request.id):  # it names no claim or outcome: refused unrun
+            posted = post_rejection(
+                self.ledger.client, self.ledger.reply_ttl_s, _reply_fields(request),
+                "its id holds a lone surrogate", self.pipeline.worker_id,
+            )  # fmt: skip
+            log.warning(
+                "refused call %r to %r: its id holds a lone surrogate; %s",
+                request.id, request.function,
+                "answered rejected" if posted else "the rejection could not be posted",
             )  # fmt: skip
             return
         with (
@@ -183,6 +193,16 @@ class MessageHandler:
         post_rejection(
             self.ledger.client, self.ledger.reply_ttl_s, raw, why, self.pipeline.worker_id
         )
+
+
+def _reply_fields(request: ToolCallRequest) -> dict[str, Any]:
+    """What :func:`post_rejection` reads of a decoded request."""
+    return {
+        "id": request.id,
+        "tool_call_id": request.tool_call_id,
+        "function": request.function,
+        "reply_to": request.reply_to,
+    }
 
 
 def stream_event(responded: dict[str, Any], requested: dict[str, Any] | None) -> dict[str, Any]:

@@ -3,8 +3,9 @@
 Policy (each case gives one terminal reply, never a worker traceback):
 
 - ``None`` or ``""`` count as ``{}``; so do ``"null"``/``null`` for a tool without parameters.
-- A string is parsed as JSON; a parse error is ``invalid_arguments`` saying where
-  parsing stopped. Nothing is "repaired".
+- A string is parsed as JSON; a parse error (truncated JSON, a trailing comma, anything
+  but whitespace after the value) is ``invalid_arguments`` saying where parsing stopped.
+  Nothing is "repaired".
 - A JSON string that itself holds a JSON object (double encoding) is unwrapped once.
 - Anything but an object is ``invalid_arguments``: "arguments must be a JSON object".
 - An argument the tool does not declare is ``invalid_arguments``: "unexpected argument: x"

@@ -16,7 +16,7 @@ from toolfleet.shared import codec
 from toolfleet.shared.limits import MAX_ID_CHARS, MAX_NAME_CHARS, MAX_REPLY_TO_CHARS
 from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallResult
 from toolfleet.worker.pipeline.scan import top_level_strings
-from toolfleet.worker.pipeline.surrogates import has_lone_surrogate
+from toolfleet.worker.pipeline.surrogates import has_lone_surrogate, replace_lone_surrogates
 
 __all__ = ["post_rejection", "push_reply"]
 
@@ -40,7 +40,7 @@ def push_reply(client: redis.Redis, reply_to: str, envelope: ReplyEnvelope, ttl_
 
 
 def post_rejection(client: redis.Redis, ttl_s: int, raw: Any, why: str, worker: str) -> bool:
-    """Answer ``rejected`` to a request that could not be decoded.
+    """Answer ``rejected`` to a request that could not be decoded (or named: its id).
 
     The one place such a reply is built (a decoded request's ``rejected`` comes from
     :meth:`~toolfleet.worker.pipeline.calls.CallPipeline.admit`). Only possible when its
@@ -50,7 +50,9 @@ def post_rejection(client: redis.Redis, ttl_s: int, raw: Any, why: str, worker: 
     names a Redis list (no lone surrogate, within ``MAX_REPLY_TO_CHARS``).
 
     The reply is short whatever the request holds: ``id``, ``tool_call_id`` and
-    ``function`` are echoed cut to their bounds (``MAX_ID_CHARS``, ``MAX_NAME_CHARS``).
+    ``function`` are echoed cut to their bounds (``MAX_ID_CHARS``, ``MAX_NAME_CHARS``),
+    each lone surrogate replaced by U+FFFD, so that the reply encodes and any caller can
+    decode it.
 
     Args:
         client: Redis client.
@@ -69,10 +71,11 @@ def post_rejection(client: redis.Redis, ttl_s: int, raw: Any, why: str, worker: 
     if has_lone_surrogate(reply_to):  # no Redis list can be named with it
         return False
     tool_call_id = loose.get("tool_call_id")
+    tool_call_id = tool_call_id[:MAX_NAME_CHARS] if isinstance(tool_call_id, str) else None
     result = ToolCallResult(
-        id=_echo(loose.get("id"), MAX_ID_CHARS),
-        tool_call_id=tool_call_id[:MAX_NAME_CHARS] if isinstance(tool_call_id, str) else None,
-        function=_echo(loose.get("function"), MAX_NAME_CHARS),
+        id=replace_lone_surrogates(_echo(loose.get("id"), MAX_ID_CHARS)),
+        tool_call_id=replace_lone_surrogates(tool_call_id),
+        function=replace_lone_surrogates(_echo(loose.get("function"), MAX_NAME_CHARS)),
         status=Status.REJECTED,
         content={"error": f"the request could not be decoded: {why[:300]}"},
         worker=worker,

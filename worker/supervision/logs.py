@@ -1,4 +1,4 @@
-"""Worker logging: text or JSON lines, with the current call's id, function and trace.
+r"""Worker logging: text or JSON lines, with the current call's id, function and trace.
 
 ``TOOLFLEET_LOG_FORMAT=json`` writes one JSON object per record (``timestamp``, RFC 3339 in
 UTC with microseconds; ``level``, ``logger``, ``message``, ``worker``, and while a call is
@@ -9,6 +9,11 @@ scrubbed from every record (:mod:`.redaction`), warnings included. A message is 
 :data:`MAX_MESSAGE_CHARS` characters: a record quoting a raw message (Dramatiq's own
 "Failed to process message ..." line repeats its arguments) stays one short line however
 large the request was.
+
+The text format writes one line per record: a message's control characters (``\n``,
+``\r``, U+2028...), which may come from the wire (raw arguments, ids, error text), are
+written as escapes (:func:`escape_controls`), so a value cannot forge a line of its own. A
+traceback still follows on its own lines.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,7 +30,13 @@ from typing import Any
 
 from toolfleet.worker.registry.redaction import Redactor
 
-__all__ = ["CALL_FIELDS", "MAX_MESSAGE_CHARS", "call_scope", "configure_logging"]
+__all__ = [
+    "CALL_FIELDS",
+    "MAX_MESSAGE_CHARS",
+    "call_scope",
+    "configure_logging",
+    "escape_controls",
+]
 
 #: Longest message of a log record, characters (longer ones are cut, saying how much).
 MAX_MESSAGE_CHARS = 4000
@@ -40,6 +52,10 @@ CALL_FIELDS = (
     "queued_s",
     "run_s",
 )
+
+#: What can end or rewrite a line of text: C0 and C1 controls, DEL, U+2028 and U+2029
+#: (the characters ``str.splitlines`` and terminals break or act on).
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 _call: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "toolfleet_call", default=None
@@ -99,6 +115,25 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data, default=str)
 
 
+def escape_controls(text: str) -> str:
+    r"""``text`` with each control character written as its Python escape.
+
+    ``"a\nb"`` becomes ``"a\\nb"`` (a backslash and ``n``); likewise ``\r``, ``\t``,
+    ``\x1b``, ``\u2028``. Printable text is returned as it is.
+    """
+    if text.isprintable():
+        return text
+    return _CONTROLS.sub(lambda found: repr(found.group())[1:-1], text)
+
+
+class TextFormatter(logging.Formatter):
+    """``logging.Formatter`` whose record line is one line (:func:`escape_controls`)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        """The record's line, its control characters escaped (a traceback is added after)."""
+        return escape_controls(super().formatMessage(record))
+
+
 def configure_logging(level: str, fmt: str, worker: str, redactor: Redactor) -> None:
     """Set up the root logger of a worker process (stderr; text or ``json``).
 
@@ -110,7 +145,7 @@ def configure_logging(level: str, fmt: str, worker: str, redactor: Redactor) -> 
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(
-            logging.Formatter(f"%(asctime)s %(levelname)s [{worker}] %(name)s: %(message)s")
+            TextFormatter(f"%(asctime)s %(levelname)s [{worker}] %(name)s: %(message)s")
         )
     handler.addFilter(_CallFilter(worker))
     handler.addFilter(redactor.log_filter())
