@@ -330,3 +330,14 @@ def test_an_id_with_a_lone_surrogate_is_answered_rejected_on_its_usable_reply_li
     finally:
         r.delete(reply_to)
         r.close()
+
+
+def test_a_tool_call_id_with_a_lone_surrogate_is_run_and_answered_with_it_replaced(
+    fuzz_fleet: Fleet,
+) -> None:
+    """A call whose tool_call_id (the model's own id, carried, not a key) holds a lone
+    surrogate runs and is answered ok, that surrogate replaced by U+FFFD."""
+    with ToolClient(fuzz_fleet.redis_url, namespace=fuzz_fleet.namespace) as client:
+        result = client.call(ECHO, {"text": "x"}, tool_call_id="call_\ud83d", timeout_s=30)
+    assert result.status is Status.OK, result
+    assert result.tool_call_id == "call_\ufffd", result

@@ -19,7 +19,7 @@ from toolfleet.worker.pipeline.calls import CallPipeline
 from toolfleet.worker.pipeline.ledger import InlineAck, Ledger, Posted
 from toolfleet.worker.pipeline.observe import Observer
 from toolfleet.worker.pipeline.replies import post_rejection
-from toolfleet.worker.pipeline.surrogates import has_lone_surrogate
+from toolfleet.worker.pipeline.surrogates import has_lone_surrogate, replace_lone_surrogates
 from toolfleet.worker.supervision.logs import call_scope
 
 __all__ = ["MessageHandler", "RejectedMessage", "declare_actors"]
@@ -96,6 +96,11 @@ class MessageHandler:
                 "answered rejected" if posted else "the rejection could not be posted",
             )  # fmt: skip
             return
+        if request.tool_call_id is not None and has_lone_surrogate(request.tool_call_id):
+            # carried, not a key: made encodable as any text is, so the call runs as sent
+            request = request.model_copy(
+                update={"tool_call_id": replace_lone_surrogates(request.tool_call_id)}
+            )
         with (
             tracing.consume(request, queue) as trace_ids,
             call_scope(
