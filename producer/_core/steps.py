@@ -42,7 +42,7 @@ from toolfleet.producer.affinity import Routes, learn_route
 from toolfleet.producer.backpressure import QueueLengths, backpressure_error
 from toolfleet.producer.catalog import Catalog
 from toolfleet.producer.events import CallEvent, preparing_event
-from toolfleet.producer.hooks import fire_requested
+from toolfleet.producer.hooks import fire_refused, fire_requested
 from toolfleet.producer.publish import Outcome
 from toolfleet.producer.stream import TurnState
 from toolfleet.producer.turns import parse_tool_calls
@@ -210,11 +210,13 @@ class ProducerCore:
             catalog = yield ReadCatalog(request.function, request.deadline)
         except REDIS_FAILURES as exc:
             message = f"Redis unreachable: {exc}"
-            settle(future, local_result(request, Status.NOT_AVAILABLE, message))
+            refused = local_result(request, Status.NOT_AVAILABLE, message)
+            settle(future, fire_refused(refused, request.context))
             return
         admitted = admit(request, catalog, self.config.settings, self.lengths, self.routes)
         if isinstance(admitted, Refusal):
-            settle(future, local_result(request, admitted.status, admitted.message))
+            refused = local_result(request, admitted.status, admitted.message)
+            settle(future, fire_refused(refused, request.context))
             return
         if not (yield TakeSlot(None)):
             wait_s = self.slot_wait_s(request.deadline)
@@ -271,7 +273,7 @@ class ProducerCore:
                 routes=self.routes,
             )
             if isinstance(prepared, ToolCallResult):
-                state.answer(call.index, prepared)
+                state.answer(call.index, fire_refused(prepared, ctx))
                 continue
             queue_name, request = prepared
             if not (yield TakeSlot(None)):
@@ -280,7 +282,8 @@ class ProducerCore:
                 wait_s = self.slot_wait_s(state.deadline)
                 if not (yield TakeSlot(wait_s)):
                     error = backpressure_error(self.config.max_in_flight, max(0.0, wait_s))
-                    state.answer(call.index, local_result(request, Status.REJECTED, str(error)))
+                    refused = local_result(request, Status.REJECTED, str(error))
+                    state.answer(call.index, fire_refused(refused, ctx))
                     continue
             batch.append((call.index, queue_name, request))
         yield from self._publish_batch(state, batch, new_future)
