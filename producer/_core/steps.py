@@ -12,6 +12,9 @@ The steps:
 - :class:`Publish` -> per ``(queue, request)``, ``None`` or the error Redis answered.
 - :class:`MarkResolved` -> per call, its recorded outcome, or ``None`` when the marker
   could not be written in time (:mod:`.fleet`); never raises.
+- :class:`FindQueued` -> per queue, the call's Dramatiq message (bytes) or ``None``.
+- :class:`AnswerQueued` -> 1 when the call was answered ``canceled``, 0 when it had its
+  outcome already.
 - :class:`ForeignCancel` -> ``(finished, marked, receivers)``.
 """
 
@@ -34,6 +37,7 @@ from toolfleet.producer._core.calls import (
     publish_refusal,
 )
 from toolfleet.producer._core.config import ClientConfig, Identity
+from toolfleet.producer._core.fleet import QueuedCancel, queued_cancel, queued_request
 from toolfleet.producer._core.listing import tool_list
 from toolfleet.producer._core.observe import count_refused
 from toolfleet.producer._core.pending import PendingTable, ResultFuture, settle
@@ -52,7 +56,9 @@ from toolfleet.shared.tenancy.enqueue import Refused
 from toolfleet.shared.wire import CallContext, Status, ToolCallRequest, ToolCallResult
 
 __all__ = [
+    "AnswerQueued",
     "Done",
+    "FindQueued",
     "ForeignCancel",
     "MarkResolved",
     "ProducerCore",
@@ -111,7 +117,31 @@ class ForeignCancel:
     call_id: str
 
 
-Step = ReadCatalog | TakeSlot | Publish | MarkResolved | ForeignCancel | ReadExtensionErrors
+@dataclass(frozen=True, slots=True)
+class FindQueued:
+    """Read the Dramatiq message of ``call_id`` in each of ``queues`` (one pipeline)."""
+
+    call_id: str
+    queues: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerQueued:
+    """Run :data:`~toolfleet.producer._core.fleet.CANCEL_QUEUED_SCRIPT` for one call."""
+
+    cancel: QueuedCancel
+
+
+Step = (
+    ReadCatalog
+    | TakeSlot
+    | Publish
+    | MarkResolved
+    | FindQueued
+    | AnswerQueued
+    | ForeignCancel
+    | ReadExtensionErrors
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,7 +366,11 @@ class ProducerCore:
 
         The marker goes first; a call whose worker had already recorded its outcome
         gets that result instead (it had finished). A single id this client does not
-        hold is canceled in the fleet, for whoever waits for it.
+        hold is canceled in the fleet, for whoever waits for it: a call whose message is
+        still on a catalogued queue (queued, prefetched or running) is answered
+        ``canceled`` at once, to its caller's reply list, with its outcome recorded in
+        the same script (its worker then neither runs nor answers it); any other gets
+        the ``REQUESTED`` marker, and its worker answers it.
 
         Returns:
             True when a call was canceled (for a call made elsewhere: the cancel took
@@ -349,11 +383,38 @@ class ProducerCore:
         if len(call_ids) != 1:
             return False
         try:
+            answered = yield from self._cancel_queued(call_ids[0])
+        except REDIS_FAILURES as exc:
+            log.warning("could not cancel call %s: %s", call_ids[0], exc)
+            return False
+        if answered is not None:
+            return answered
+        try:
             finished, marked, _ = yield ForeignCancel(call_ids[0])
         except REDIS_FAILURES as exc:
             log.warning("could not cancel call %s: %s", call_ids[0], exc)
             return False
         return bool(marked) and not finished
+
+    def _cancel_queued(self, call_id: str) -> Generator[Step, Any, bool | None]:
+        """Answer a call found on a catalogued queue ``canceled``; ``None``: not found.
+
+        Two round trips, paid by the cancel only (none per call): the message by its id
+        in each catalogued queue, then the answering script.
+
+        Raises:
+            redis.RedisError, OSError: Redis failed.
+        """
+        catalog = yield ReadCatalog(None)
+        queues = sorted({entry.queue for entry in catalog.typed.values()})
+        if not queues:
+            return None
+        request = queued_request((yield FindQueued(call_id, queues)))
+        if request is None or request.id != call_id:
+            return None
+        ttl_s = self.config.settings.reply_ttl_s
+        answered = yield AnswerQueued(queued_cancel(self.config.namespace, request, ttl_s))
+        return bool(answered)
 
     def _publish_batch(
         self,
