@@ -118,7 +118,7 @@ def test_a_second_client_cancels_a_running_call_of_the_first(
     small_fleet: Fleet, make: Callable[..., Either]
 ) -> None:
     """Client B cancels, by its id alone, a call client A is running: A's call resolves
-    canceled (from the worker) within 2 s; canceling it again returns False."""
+    canceled within 2 s; canceling it again returns False."""
     a = make(small_fleet.redis_url, namespace=small_fleet.namespace)
     b = make(small_fleet.redis_url, namespace=small_fleet.namespace)
     future = a.submit("ext_promise_wait", {}, timeout_s=20)

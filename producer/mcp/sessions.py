@@ -6,7 +6,7 @@ response stream open (that era's rule: the frame is the signal, a disconnect is 
 A stateless gateway serves that POST on a fresh transport, maybe on another replica, that
 does not hold the request: the SDK drops it, and the call would run to its end.
 
-So the gateway issues an opaque ``Mcp-Session-Id`` in its ``initialize`` answer and keeps
+So the gateway issues an opaque ``Mcp-Session-Id`` in each ``initialize`` answer and keeps
 nothing for it (any replica still serves any request); the client sends it with every
 request. A call's id is derived from the caller's account, that session id and the
 request id (:func:`session_call_id`; MCP forbids reusing a request id within a session),
@@ -90,7 +90,9 @@ class LegacySessions:
             return
         body, more = await _read_body(receive)
         messages = _messages(body)
-        if not session and any(m.get("method") == "initialize" for m in messages):
+        if any(m.get("method") == "initialize" for m in messages):
+            # a fresh id for every session, even to a client that offers one: a reused id
+            # whose request ids start over would derive the call ids of its old calls
             send = _issuing(send, uuid.uuid4().hex)
         elif session:
             await self._cancel(scope, session, messages)
@@ -159,14 +161,17 @@ def _replay(body: bytes, complete: bool, receive: Receive) -> Receive:
 
 
 def _issuing(send: Send, session: str) -> Send:
-    """A ``send`` that adds ``Mcp-Session-Id: session`` to the response, unless it has one."""
+    """A ``send`` that sets ``Mcp-Session-Id: session`` on the response."""
 
     async def sending(message: Message) -> None:
         if message.get("type") == "http.response.start":
-            headers = list(message.get("headers") or [])
             name = MCP_SESSION_ID_HEADER.encode("latin-1")
-            if not any(bytes(key).lower() == name for key, _ in headers):
-                headers.append((name, session.encode("latin-1")))
+            headers = [
+                (key, value)
+                for key, value in message.get("headers") or []
+                if bytes(key).lower() != name
+            ]
+            headers.append((name, session.encode("latin-1")))
             message = {**message, "headers": headers}
         await send(message)
 
