@@ -24,7 +24,11 @@ from typing_extensions import override
 from toolfleet.producer._core import steps as core
 from toolfleet.producer._core.base import ClientBase
 from toolfleet.producer._core.calls import REDIS_FAILURES, Arguments
-from toolfleet.producer._core.fleet import queue_foreign_cancel
+from toolfleet.producer._core.fleet import (
+    CANCEL_QUEUED_SCRIPT,
+    queue_find_queued,
+    queue_foreign_cancel,
+)
 from toolfleet.producer._redis import (
     FORKED_GIVEN_POOL,
     async_command_pool,
@@ -42,7 +46,7 @@ from toolfleet.shared.errors import ClientError
 from toolfleet.shared.naming import extension_errors_key
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.tenancy.enqueue import QuotaDefaults
-from toolfleet.shared.wire import CallContext, ToolCallResult
+from toolfleet.shared.wire import CallContext, ToolCallRequest, ToolCallResult
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -111,17 +115,43 @@ class AsyncToolClient(ClientBase):
     async def submit(self, function: str, arguments: Arguments = None, *,
                tool_call_id: str | None = None, context: CallContext | dict[str, Any] | None = None,
                timeout_s: float = 30.0) -> AsyncCallFuture:  # fmt: skip
-        """As ``ToolClient.submit``, awaiting a slot; canceling the future cancels the call."""
+        """As ``ToolClient.submit``, awaiting a slot; canceling the future cancels the call.
+
+        Canceling the awaiting task cancels the call too, however far ``submit`` got: a
+        call registered (being published, or published) is canceled in the fleet.
+        """
         self._check_open()
-        request = self._request(function, arguments, tool_call_id, context, timeout_s)
-        future = AsyncCallFuture(request.id, loop=self._listener.bind())
-        await self._drive(self._core.submit(request, future))
-        return future
+        return await self._submit(
+            self._request(function, arguments, tool_call_id, context, timeout_s)
+        )
 
     @override
     async def call(self, function: str, arguments: Arguments = None,
                    **options: Any) -> ToolCallResult:  # fmt: skip
         return await (await self.submit(function, arguments, **options))
+
+    async def _call_as(self, call_id: str, function: str, arguments: Arguments, *,
+                       context: dict[str, Any], timeout_s: float) -> ToolCallResult:  # fmt: skip
+        """``call`` under a request id the caller derived, so that any process can cancel it.
+
+        For the MCP gateway (:mod:`toolfleet.producer.mcp.sessions`): ``call_id`` is a
+        canonical UUID string, unique across every call (exactly-once keys on it).
+
+        Raises:
+            ClientError: a ``call_id`` that is not a canonical UUID string; as ``call``.
+        """
+        self._check_open()
+        request = self._request(function, arguments, None, context, timeout_s, call_id)
+        return await (await self._submit(request))
+
+    async def _submit(self, request: ToolCallRequest) -> AsyncCallFuture:
+        future = AsyncCallFuture(request.id, loop=self._listener.bind())
+        try:
+            await self._drive(self._core.submit(request, future))
+        except asyncio.CancelledError:
+            future.cancel()  # a registered call is canceled in the fleet (the table's hook)
+            raise
+        return future
 
     @override
     async def dispatch(self, tool_calls: Any, *,
@@ -238,6 +268,13 @@ class AsyncToolClient(ClientBase):
             return await self._listener.mark_within(step.call_ids)
         if isinstance(step, core.ReadExtensionErrors):
             return await self._redis.hgetall(extension_errors_key(self.namespace))
+        if isinstance(step, core.FindQueued):
+            pipe = self._redis.pipeline(transaction=False)
+            queue_find_queued(pipe, self.namespace, step.call_id, step.queues)
+            return await pipe.execute()
+        if isinstance(step, core.AnswerQueued):
+            script = self._redis.register_script(CANCEL_QUEUED_SCRIPT)
+            return await script(keys=step.cancel.keys, args=step.cancel.args)
         if isinstance(step, core.ForeignCancel):
             pipe = self._redis.pipeline(transaction=False)
             queue_foreign_cancel(pipe, self.namespace, step.call_id, self.settings.reply_ttl_s)

@@ -21,7 +21,11 @@ from typing_extensions import override
 from toolfleet.producer._core import steps as core
 from toolfleet.producer._core.base import ClientBase
 from toolfleet.producer._core.calls import REDIS_FAILURES, Arguments
-from toolfleet.producer._core.fleet import queue_foreign_cancel
+from toolfleet.producer._core.fleet import (
+    CANCEL_QUEUED_SCRIPT,
+    queue_find_queued,
+    queue_foreign_cancel,
+)
 from toolfleet.producer._redis import sync_connection, track_forks
 from toolfleet.producer.backpressure import InFlightLimit
 from toolfleet.producer.bounded import DeadlineRunner
@@ -248,6 +252,13 @@ class ToolClient(ClientBase):
             return self._listener.mark_within(step.call_ids)
         if isinstance(step, core.ReadExtensionErrors):
             return self._redis.hgetall(extension_errors_key(self.namespace))
+        if isinstance(step, core.FindQueued):
+            pipe = self._redis.pipeline(transaction=False)
+            queue_find_queued(pipe, self.namespace, step.call_id, step.queues)
+            return pipe.execute()
+        if isinstance(step, core.AnswerQueued):
+            script = self._redis.register_script(CANCEL_QUEUED_SCRIPT)
+            return script(keys=step.cancel.keys, args=step.cancel.args)
         pipe = self._redis.pipeline(transaction=False)
         queue_foreign_cancel(pipe, self.namespace, step.call_id, self.settings.reply_ttl_s)
         return pipe.execute()

@@ -9,6 +9,10 @@ life without reading the event stream (like Smarter's ``llm_tool_requested`` /
 - ``tool_responded`` when its result arrives (or the producer resolves it itself:
   timeout, cancel, closed client).
 
+A call the producer answers itself before publishing (``unknown_function``,
+``not_available``, ``rejected``: :mod:`toolfleet.producer._core.calls`) fires both, at
+once, ``tool_responded`` with that status, so a host sees every call it made.
+
 Both carry ``side="producer"`` (worker events carry no ``side``), ``id``, ``function``,
 ``account``, ``tool_call_id``; ``tool_responded`` adds ``status``, ``queued_s``,
 ``run_s``, ``worker`` and ``error``. Arguments and results read ``[redacted]``: the
@@ -25,9 +29,9 @@ from typing import Any
 from blinker import NamedSignal
 
 from toolfleet.shared.signals import REDACTED, tool_requested, tool_responded
-from toolfleet.shared.wire import ToolCallRequest, ToolCallResult
+from toolfleet.shared.wire import CallContext, ToolCallRequest, ToolCallResult
 
-__all__ = ["fire_requested", "fire_responded"]
+__all__ = ["fire_refused", "fire_requested", "fire_responded"]
 
 log = logging.getLogger("toolfleet.producer.hooks")
 
@@ -43,6 +47,29 @@ def fire_requested(request: ToolCallRequest) -> None:
         traceparent=request.context.traceparent,
         arguments=REDACTED,
     )
+
+
+def fire_refused(result: ToolCallResult, context: CallContext) -> ToolCallResult:
+    """Fire ``tool_requested`` then ``tool_responded`` for a call answered before publishing.
+
+    Args:
+        result: the producer's own answer (its ``status`` is what ``tool_responded`` says).
+        context: the call's context (its ``account`` and ``traceparent``).
+
+    Returns:
+        ``result``, to settle the call's future with.
+    """
+    _fire(
+        tool_requested,
+        result.function,
+        id=result.id,
+        tool_call_id=result.tool_call_id,
+        account=context.account,
+        traceparent=context.traceparent,
+        arguments=REDACTED,
+    )
+    fire_responded(result, context.account)
+    return result
 
 
 def fire_responded(result: ToolCallResult, account: str | None) -> None:

@@ -44,13 +44,19 @@ MAX_BATCH = 1000
 Outcome = BaseException | Refused | None
 
 
-def encode_message(queue: str, request: ToolCallRequest) -> tuple[str, bytes]:
+def encode_message(
+    queue: str, request: ToolCallRequest, *, redis_message_id: str | None = None
+) -> tuple[str, bytes]:
     """The Dramatiq message carrying ``request``: ``(redis_message_id, body)``.
 
-    The call's PRODUCER span (:func:`toolfleet.shared.tracing.produce`) covers this, and
-    its context travels in the request.
+    The producer publishes each call under its call id (``redis_message_id=request.id``:
+    already a unique UUID), so any client can find a queued call's message, and its
+    ``reply_to``, from the id alone (:func:`toolfleet.producer._core.fleet.queue_find_queued`);
+    ``None`` draws a fresh id (another delivery of the same request). The call's PRODUCER
+    span (:func:`toolfleet.shared.tracing.produce`) covers this, and its context travels in
+    the request.
     """
-    redis_message_id = str(uuid.uuid4())
+    redis_message_id = redis_message_id or str(uuid.uuid4())
     with tracing.produce(queue, request) as request:
         message: dict[str, Any] = {
             "queue_name": queue,
@@ -72,7 +78,7 @@ class _Dispatch:
         self.quotas = quotas or QuotaDefaults()
 
     def call(self, queue: str, request: ToolCallRequest) -> tuple[list[str], list[Any]]:
-        redis_message_id, body = encode_message(queue, request)
+        redis_message_id, body = encode_message(queue, request, redis_message_id=request.id)
         return enqueue_call(
             self.namespace,
             queue,

@@ -15,6 +15,10 @@ Subscribe from an extension or a host application::
 - ``tool_responded``: a worker posted a call's reply; the keys above plus ``status``,
   ``queued_s``, ``run_s``, ``result`` (redacted unless opted in).
 
+A producer fires ``tool_requested`` and ``tool_responded`` too, in the calling process,
+with ``side="producer"`` (``toolfleet.producer.hooks``), also for a call it answers itself
+without publishing (``unknown_function``, ``not_available``, ``rejected``).
+
 The sender is the function name (or ``"toolfleet"``). The same events go to the Redis
 stream ``<namespace>:events`` for dashboards (``toolfleet events``). Secret setting values
 never appear in them.

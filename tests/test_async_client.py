@@ -28,7 +28,7 @@ from conftest import IDLE, IDLE_QUEUE, Either, Fleet
 from toolfleet.producer import AsyncToolClient, ToolClient
 from toolfleet.producer.async_client import COMMAND_CONNECTIONS
 from toolfleet.shared import ClientError, Status, codec
-from toolfleet.shared.naming import catalog_key, workers_key
+from toolfleet.shared.naming import cancel_key, catalog_key, outcome_key, workers_key
 
 F = "ext_fleet_test_"
 FACTORIAL = "ext_bfcl_math_factorial"
@@ -175,6 +175,45 @@ def test_canceling_the_awaiting_task_cancels_the_call(fleet: Fleet) -> None:
             assert await client.cancel(future.call_id) is False
 
     asyncio.run(run())
+
+
+def test_canceling_the_task_while_its_call_is_being_published_cancels_the_call(
+    fleet: Fleet,
+) -> None:
+    """A task canceled while its call() is being published (the call is registered, the
+    publish still in flight) cancels the call in the fleet: its cancel marker is written and
+    it never completes."""
+    r = redis.Redis.from_url(fleet.redis_url)
+    pattern = cancel_key(fleet.namespace, "*")
+    before = set(r.scan_iter(match=pattern))
+
+    async def run() -> set[bytes]:
+        async with AsyncToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
+            await client.tools()  # the catalog is cached: call() goes straight to publishing
+            task = asyncio.create_task(client.call(F + "slow", {"seconds": 3}, timeout_s=10))
+            for _ in range(100):
+                await asyncio.sleep(0)
+                if client.in_flight:
+                    break
+            assert client.in_flight == 1 and not task.done()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            deadline = time.monotonic() + 2
+            while not set(r.scan_iter(match=pattern)) - before:
+                assert time.monotonic() < deadline, "the call was not canceled in the fleet"
+                await asyncio.sleep(0.05)
+            assert client.in_flight == 0
+            return set(r.scan_iter(match=pattern)) - before
+
+    try:
+        (marker,) = asyncio.run(run())
+        call_id = marker.decode().rpartition(":")[2]
+        time.sleep(3.5)  # the tool would have finished by now
+        outcome = r.get(outcome_key(fleet.namespace, call_id))
+        assert outcome is None or b'"canceled"' in outcome, outcome
+    finally:
+        r.close()
 
 
 def test_a_client_is_bound_to_its_event_loop(fleet: Fleet) -> None:

@@ -6,6 +6,8 @@ import os
 import signal
 import subprocess
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -189,6 +191,51 @@ def test_worker_waits_for_redis_then_serves(private_redis: PrivateRedis, tmp_pat
                 result = client.call("ext_fleet_test_add", {"a": 2, "b": 3}, timeout_s=5)
         assert result.status.value == "ok" and result.content == 5, result
         assert "Traceback" not in log.read_text()
+    finally:
+        _stop(process)
+
+
+def _probe(port: int, path: str) -> tuple[int, str]:
+    """Status code and body of ``GET path`` on the supervisor's HTTP server (0: no answer)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as reply:
+            return int(reply.status), reply.read().decode()
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), exc.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def test_redis_down_at_start_is_live_not_ready(private_redis: PrivateRedis, tmp_path: Path) -> None:
+    """A worker started while its Redis is down answers /livez 200 (and `health --live` 0) but
+    /readyz 503 (`health --ready` 1) for longer than the stale window, and is ready once Redis
+    answers."""
+    port, health = free_port(), tmp_path / "health"
+    env = _env(TOOLFLEET_METRICS_PORT=str(port), TOOLFLEET_HEALTH_DIR=str(health),
+               TOOLFLEET_HEALTH_STALE_S="2", TOOLFLEET_HEARTBEAT_INTERVAL_S="0.5")  # fmt: skip
+    argv = [toolfleet_command(), "worker", "-p", "1", "-t", "2", "--extension",
+            "fleet_tools:extension", "--redis-url", private_redis.url,
+            "--namespace", f"tfout-{uuid.uuid4().hex[:6]}"]  # fmt: skip
+    log = tmp_path / "worker.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(argv, env=env, stdout=sink, stderr=subprocess.STDOUT)
+    probe_env = {"TOOLFLEET_HEALTH_DIR": str(health), "TOOLFLEET_HEALTH_STALE_S": "2"}
+    try:
+        _wait_for(lambda: _probe(port, "/livez")[0] != 0, 60, "the probe server")
+        _wait_for(lambda: log.read_text().count("unreachable") >= 2, 60, "2 attempts")
+        samples = []
+        until = time.monotonic() + 4.0  # twice the stale window
+        while time.monotonic() < until:
+            samples.append((_probe(port, "/livez")[0], _probe(port, "/readyz")[0]))
+            time.sleep(0.25)
+        assert set(samples) == {(200, 503)}, (samples, log.read_text())
+        live = _run(["health", "--live"], timeout=30, **probe_env)
+        ready = _run(["health", "--ready", "--redis-url", private_redis.url], timeout=30,
+                     **probe_env)  # fmt: skip
+        assert (live.returncode, ready.returncode) == (0, 1), (live, ready)
+        private_redis.start()
+        _wait_for(lambda: _probe(port, "/readyz")[0] == 200, 60, "/readyz 200 with Redis up")
+        assert _probe(port, "/livez")[0] == 200
     finally:
         _stop(process)
 

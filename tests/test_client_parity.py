@@ -141,7 +141,7 @@ def test_a_second_client_cancels_a_running_call_of_the_first(
     small_fleet: Fleet, make: Callable[..., Either]
 ) -> None:
     """Client B cancels, by its id alone, a call client A is running: A's call resolves
-    canceled (from the worker) within 2 s; canceling it again returns False."""
+    canceled within 2 s; canceling it again returns False."""
     a = make(small_fleet.redis_url, namespace=small_fleet.namespace)
     b = make(small_fleet.redis_url, namespace=small_fleet.namespace)
     future = a.submit("ext_promise_wait", {}, timeout_s=20)
@@ -152,6 +152,34 @@ def test_a_second_client_cancels_a_running_call_of_the_first(
     assert result.status is Status.CANCELED, result
     assert time.monotonic() - asked < 2.0
     assert not b.cancel(future.call_id)
+
+
+def test_a_second_client_answers_a_queued_call_of_the_first_at_once(
+    small_fleet: Fleet, make: Callable[..., Either], r: redis.Redis
+) -> None:
+    """Client B cancels, by its id alone, a call of client A that waits behind busy workers:
+    A's call resolves canceled within 1 s, long before a worker is free, and once the
+    workers are free it never runs and no second reply comes."""
+    a = make(small_fleet.redis_url, namespace=small_fleet.namespace)
+    b = make(small_fleet.redis_url, namespace=small_fleet.namespace)
+    b.tools()  # B's connections and catalog are warm
+    # two rounds of work for both worker threads (the tool's time limit is 2 s)
+    blockers = [a.submit(G + "sleep", {"seconds": 1.8}, timeout_s=20) for _ in range(4)]
+    time.sleep(0.3)
+    key = f"count-{uuid.uuid4().hex}"
+    queued = a.submit(G + "count", {"key": key}, timeout_s=20)
+    time.sleep(0.2)
+    asked = time.monotonic()
+    assert b.cancel(queued.call_id)
+    result = a.result(queued, 20)
+    waited = time.monotonic() - asked
+    assert result.status is Status.CANCELED, result
+    assert waited < 1.0, f"answered {waited:.2f} s after the cancel"
+    assert [a.result(f, 20).status for f in blockers] == [Status.OK] * 4
+    time.sleep(1.0)  # the workers are free: the canceled call would have run by now
+    assert r.get(key) is None
+    assert a.client.late_replies == 0
+    assert not b.cancel(queued.call_id)
 
 
 # -- refusals, backpressure, close --------------------------------------------------------

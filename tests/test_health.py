@@ -8,7 +8,13 @@ import threading
 import time
 from pathlib import Path
 
-from toolfleet.worker.supervision.health import check_live, remove_heartbeat, write_heartbeat
+from toolfleet.worker.supervision.health import (
+    check_live,
+    remove_heartbeat,
+    remove_supervisor_beat,
+    write_heartbeat,
+    write_supervisor_beat,
+)
 
 
 def test_stale_file_of_a_reused_pid_does_not_count(tmp_path: Path) -> None:
@@ -34,3 +40,16 @@ def test_heartbeat_file_is_removed(tmp_path: Path) -> None:
     assert (tmp_path / f"worker-{os.getpid()}.json").exists()
     remove_heartbeat(tmp_path)
     assert not (tmp_path / f"worker-{os.getpid()}.json").exists()
+
+
+def test_a_supervisor_waiting_for_redis_is_live_until_its_beat_goes_stale(tmp_path: Path) -> None:
+    """With no worker process yet, a fresh beat of a running supervisor is live (it waits for
+    Redis); the same beat gone stale, or removed, is not."""
+    write_supervisor_beat(tmp_path)
+    assert check_live(tmp_path, stale_s=3).ok
+    path = tmp_path / f"supervisor-{os.getpid()}.json"
+    os.utime(path, (time.time() - 10, time.time() - 10))
+    assert not check_live(tmp_path, stale_s=3).ok
+    write_supervisor_beat(tmp_path)
+    remove_supervisor_beat(tmp_path)
+    assert not path.exists() and not check_live(tmp_path, stale_s=3).ok

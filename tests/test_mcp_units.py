@@ -192,3 +192,21 @@ def test_the_gateway_keeps_a_requested_timeout_within_its_bounds(
             return gateway._timeout_s({TIMEOUT_META_KEY: asked})
 
     assert asyncio.run(scenario()) == budget
+
+
+def test_session_call_ids_are_stable_uuids_distinct_per_account_session_and_request() -> None:
+    """A handshake-era HTTP request's derived call id is a canonical UUID, the same on every
+    replica, and differs for another account, session or request id (1 and "1" differ)."""
+    from toolfleet.producer.mcp.sessions import session_call_id
+
+    first = session_call_id("acme", "s1", 1)
+    assert str(uuid.UUID(first)) == first
+    assert session_call_id("acme", "s1", 1) == first
+    others = [
+        session_call_id("other", "s1", 1),
+        session_call_id(None, "s1", 1),
+        session_call_id("acme", "s2", 1),
+        session_call_id("acme", "s1", 2),
+        session_call_id("acme", "s1", "1"),
+    ]
+    assert len({first, *others}) == 1 + len(others)

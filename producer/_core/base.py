@@ -78,12 +78,13 @@ class ClientBase(ABC):
         self.reply_to = self._core.identity.reply_to
 
     def _request(
-        self, function: Any, arguments: Any, tool_call_id: Any, context: Any, timeout_s: Any
-    ) -> ToolCallRequest:
+        self, function: Any, arguments: Any, tool_call_id: Any, context: Any, timeout_s: Any,
+        call_id: Any = None,
+    ) -> ToolCallRequest:  # fmt: skip
         """A new request of this client (raises ``ClientError`` for bad arguments)."""
         return build_request(function, arguments, tool_call_id=tool_call_id,
                              context=make_context(context), timeout_s=check_timeout(timeout_s),
-                             reply_to=self.reply_to)  # fmt: skip
+                             reply_to=self.reply_to, call_id=call_id)  # fmt: skip
 
     def _starter(self, tool_calls: Any, options: dict[str, Any]) -> Callable[[Any], Any]:
         """What a turn's stream calls to publish it (``options``: ``context``, ``timeout_s``)."""

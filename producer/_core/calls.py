@@ -10,6 +10,7 @@ call's deadline came before the catalog could be read).
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import redis
@@ -113,8 +114,9 @@ def build_request(
     reply_to: str,
     deadline: float | None = None,
     events: bool = False,
+    call_id: str | None = None,
 ) -> ToolCallRequest:
-    """A new :class:`ToolCallRequest` with a fresh id.
+    """A new :class:`ToolCallRequest` with a fresh id (or ``call_id``).
 
     Args:
         function: the function name.
@@ -125,10 +127,13 @@ def build_request(
         reply_to: the client's reply list.
         deadline: Unix epoch seconds; ``now + timeout_s`` when ``None``.
         events: ask the worker for ``running``/``progress`` events.
+        call_id: the request id to use, a UUID in its canonical form the caller derives
+            so that any client can cancel the call by it (unique across every call, as
+            all exactly-once bookkeeping keys on it); ``None``: a fresh random one.
 
     Raises:
-        ClientError: a bad function name, arguments or tool_call_id, or a field over its
-            bound (:mod:`toolfleet.shared.limits`; the message names the field).
+        ClientError: a bad function name, arguments, tool_call_id or call_id, or a field
+            over its bound (:mod:`toolfleet.shared.limits`; the message names the field).
     """
     if not isinstance(function, str) or not function:
         raise ClientError("function must be a non-empty string")
@@ -136,10 +141,12 @@ def build_request(
         raise ClientError("arguments must be a dict, a JSON string or None")
     if tool_call_id is not None and not isinstance(tool_call_id, str):
         raise ClientError("tool_call_id must be a string")
+    if call_id is not None and not _canonical_uuid(call_id):
+        raise ClientError("call_id must be a UUID string in canonical form")
     now = time.time()
     try:
         return ToolCallRequest(
-            id=new_call_id(),
+            id=call_id or new_call_id(),
             tool_call_id=tool_call_id,
             function=function,
             arguments=arguments,
@@ -154,6 +161,14 @@ def build_request(
         raise ClientError(f"bad call: {validation_problems(exc)}") from None
     except ValueError as exc:
         raise ClientError(f"bad call: {exc}") from None
+
+
+def _canonical_uuid(value: Any) -> bool:
+    """True for a UUID string as ``str(uuid.UUID(...))`` writes it (it names Redis keys)."""
+    try:
+        return isinstance(value, str) and str(uuid.UUID(value)) == value
+    except ValueError:
+        return False
 
 
 def arguments_size(request: ToolCallRequest) -> int:

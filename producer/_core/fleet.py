@@ -11,13 +11,27 @@ result) or it never posts one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from toolfleet.shared.cancels import REQUESTED, RESOLVED
-from toolfleet.shared.naming import cancel_channel, cancel_key, outcome_key
+import orjson
 
-__all__ = ["outcomes_of", "queue_foreign_cancel", "queue_resolved"]
+from toolfleet.shared.cancels import REQUESTED, RESOLVED
+from toolfleet.shared.limits import DEADLINE_SLACK_S, MAX_TIMEOUT_S
+from toolfleet.shared.naming import cancel_channel, cancel_key, outcome_key, queue_msgs_key
+from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallRequest, ToolCallResult
+
+__all__ = [
+    "CANCEL_QUEUED_SCRIPT",
+    "QueuedCancel",
+    "outcomes_of",
+    "queue_find_queued",
+    "queue_foreign_cancel",
+    "queue_resolved",
+    "queued_cancel",
+    "queued_request",
+]
 
 _PER_CALL = 3
 
@@ -52,3 +66,88 @@ def queue_foreign_cancel(pipe: Any, namespace: str, call_id: str, ttl_s: int) ->
     pipe.exists(outcome_key(namespace, call_id))
     pipe.set(cancel_key(namespace, call_id), REQUESTED, ex=ttl_s, nx=True)
     pipe.publish(cancel_channel(namespace), call_id)
+
+
+#: KEYS: the call's outcome, its caller's reply list, its cancel marker. ARGV: the
+#: ``canceled`` result envelope, outcome ttl (s), reply ttl (s), the cancel channel, the
+#: call id. Records the outcome and posts the reply only when no outcome exists (as the
+#: worker's finish script does, so the call has exactly one reply) and its producer did
+#: not resolve it itself (a marker other than ``REQUESTED``: nobody reads a reply); the
+#: ``RESOLVED`` marker and the channel message stop a worker that runs it meanwhile.
+#: Returns 1 when answered, 0 when the call had its outcome (or was resolved) already.
+CANCEL_QUEUED_SCRIPT = """
+if redis.call("exists", KEYS[1]) == 1 then return 0 end
+local marker = redis.call("get", KEYS[3])
+if marker and marker ~= "%(requested)s" then return 0 end
+redis.call("set", KEYS[1], ARGV[1], "EX", ARGV[2])
+redis.call("set", KEYS[3], "%(resolved)s", "EX", ARGV[2])
+redis.call("rpush", KEYS[2], ARGV[1])
+redis.call("expire", KEYS[2], ARGV[3])
+redis.call("publish", ARGV[4], ARGV[5])
+return 1
+""" % {"requested": REQUESTED.decode(), "resolved": RESOLVED.decode()}  # noqa: UP031
+
+
+def queue_find_queued(pipe: Any, namespace: str, call_id: str, queues: Iterable[str]) -> None:
+    """Queue on ``pipe`` the read of the call's Dramatiq message in each of ``queues``.
+
+    The producer stores a call's message under its call id (``HSET <queue>.msgs <id>``,
+    :func:`toolfleet.producer.publish.encode_message`) until a worker acknowledges it, so
+    a queued (or prefetched, or running) call is found by its id alone: one ``HGET`` per
+    queue, no key written per call. Read the replies with :func:`queued_request`.
+    """
+    for queue in queues:
+        pipe.hget(queue_msgs_key(namespace, queue), call_id)
+
+
+def queued_request(replies: Sequence[Any]) -> ToolCallRequest | None:
+    """The request of the first message :func:`queue_find_queued` found (``None``: none).
+
+    A body that does not decode is skipped (the worker answers it ``rejected``).
+    """
+    for body in replies:
+        if not isinstance(body, bytes):
+            continue
+        try:
+            return ToolCallRequest.decode(orjson.loads(body)["args"][0])
+        except Exception:  # noqa: BLE001, S112 - not a toolfleet request: not ours to answer
+            continue
+    return None
+
+
+class QueuedCancel:
+    """The ``keys`` and ``args`` of :data:`CANCEL_QUEUED_SCRIPT` for one queued request."""
+
+    __slots__ = ("args", "keys")
+
+    def __init__(self, keys: list[str], args: list[Any]) -> None:
+        self.keys = keys
+        self.args = args
+
+
+def queued_cancel(namespace: str, request: ToolCallRequest, reply_ttl_s: int) -> QueuedCancel:
+    """Answer ``request`` ``canceled`` from any client: the script's keys and arguments.
+
+    The outcome is kept as long as a worker keeps one (the time to the deadline, plus
+    ``reply_ttl_s``), so a worker that dequeues the call later finds it and neither runs
+    nor answers it.
+    """
+    now = time.time()
+    result = ToolCallResult.failure(
+        request, Status.CANCELED, "the call was canceled", queued_s=max(0.0, now - request.sent_at)
+    )
+    envelope = ReplyEnvelope(type="result", result=result).encode()
+    ahead = min(max(0.0, request.deadline - now), MAX_TIMEOUT_S + DEADLINE_SLACK_S)
+    keys = [
+        outcome_key(namespace, request.id),
+        request.reply_to,
+        cancel_key(namespace, request.id),
+    ]
+    args: list[Any] = [
+        envelope,
+        int(ahead) + reply_ttl_s,
+        reply_ttl_s,
+        cancel_channel(namespace),
+        request.id,
+    ]
+    return QueuedCancel(keys, args)

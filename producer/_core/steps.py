@@ -12,6 +12,9 @@ The steps:
 - :class:`Publish` -> per ``(queue, request)``, ``None`` or the error Redis answered.
 - :class:`MarkResolved` -> per call, its recorded outcome, or ``None`` when the marker
   could not be written in time (:mod:`.fleet`); never raises.
+- :class:`FindQueued` -> per queue, the call's Dramatiq message (bytes) or ``None``.
+- :class:`AnswerQueued` -> 1 when the call was answered ``canceled``, 0 when it had its
+  outcome already.
 - :class:`ForeignCancel` -> ``(finished, marked, receivers)``.
 """
 
@@ -35,6 +38,7 @@ from toolfleet.producer._core.calls import (
     publish_refusal,
 )
 from toolfleet.producer._core.config import ClientConfig, Identity
+from toolfleet.producer._core.fleet import QueuedCancel, queued_cancel, queued_request
 from toolfleet.producer._core.listing import tool_list
 from toolfleet.producer._core.observe import count_refused
 from toolfleet.producer._core.pending import PendingTable, ResultFuture, settle
@@ -43,7 +47,7 @@ from toolfleet.producer.affinity import Routes, learn_route
 from toolfleet.producer.backpressure import QueueLengths, backpressure_error
 from toolfleet.producer.catalog import Catalog
 from toolfleet.producer.events import CallEvent, preparing_event
-from toolfleet.producer.hooks import fire_requested
+from toolfleet.producer.hooks import fire_refused, fire_requested
 from toolfleet.producer.publish import Outcome
 from toolfleet.producer.stream import TurnState
 from toolfleet.producer.turns import parse_tool_calls
@@ -54,7 +58,9 @@ from toolfleet.shared.tenancy.enqueue import Refused
 from toolfleet.shared.wire import CallContext, Status, ToolCallRequest, ToolCallResult
 
 __all__ = [
+    "AnswerQueued",
     "Done",
+    "FindQueued",
     "ForeignCancel",
     "MarkResolved",
     "ProducerCore",
@@ -113,7 +119,31 @@ class ForeignCancel:
     call_id: str
 
 
-Step = ReadCatalog | TakeSlot | Publish | MarkResolved | ForeignCancel | ReadExtensionErrors
+@dataclass(frozen=True, slots=True)
+class FindQueued:
+    """Read the Dramatiq message of ``call_id`` in each of ``queues`` (one pipeline)."""
+
+    call_id: str
+    queues: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerQueued:
+    """Run :data:`~toolfleet.producer._core.fleet.CANCEL_QUEUED_SCRIPT` for one call."""
+
+    cancel: QueuedCancel
+
+
+Step = (
+    ReadCatalog
+    | TakeSlot
+    | Publish
+    | MarkResolved
+    | FindQueued
+    | AnswerQueued
+    | ForeignCancel
+    | ReadExtensionErrors
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,11 +253,13 @@ class ProducerCore:
             catalog = yield ReadCatalog(request.function, request.deadline)
         except REDIS_FAILURES as exc:
             refusal = catalog_refusal(exc, request.timeout_s)
-            settle(future, local_result(request, refusal.status, refusal.message))
+            refused = local_result(request, refusal.status, refusal.message)
+            settle(future, fire_refused(refused, request.context))
             return
         admitted = admit(request, catalog, self.config.settings, self.lengths, self.routes)
         if isinstance(admitted, Refusal):
-            settle(future, local_result(request, admitted.status, admitted.message))
+            refused = local_result(request, admitted.status, admitted.message)
+            settle(future, fire_refused(refused, request.context))
             return
         if not (yield TakeSlot(None)):
             wait_s = self.slot_wait_s(request.deadline)
@@ -283,7 +315,7 @@ class ProducerCore:
                 routes=self.routes,
             )
             if isinstance(prepared, ToolCallResult):
-                state.answer(call.index, prepared)
+                state.answer(call.index, fire_refused(prepared, ctx))
                 continue
             queue_name, request = prepared
             if not (yield TakeSlot(None)):
@@ -292,7 +324,8 @@ class ProducerCore:
                 wait_s = self.slot_wait_s(state.deadline)
                 if not (yield TakeSlot(wait_s)):
                     error = backpressure_error(self.config.max_in_flight, max(0.0, wait_s))
-                    state.answer(call.index, local_result(request, Status.REJECTED, str(error)))
+                    refused = local_result(request, Status.REJECTED, str(error))
+                    state.answer(call.index, fire_refused(refused, ctx))
                     continue
             batch.append((call.index, queue_name, request))
         yield from self._publish_batch(state, batch, new_future, catalog)
@@ -345,7 +378,11 @@ class ProducerCore:
 
         The marker goes first; a call whose worker had already recorded its outcome
         gets that result instead (it had finished). A single id this client does not
-        hold is canceled in the fleet, for whoever waits for it.
+        hold is canceled in the fleet, for whoever waits for it: a call whose message is
+        still on a catalogued queue (queued, prefetched or running) is answered
+        ``canceled`` at once, to its caller's reply list, with its outcome recorded in
+        the same script (its worker then neither runs nor answers it); any other gets
+        the ``REQUESTED`` marker, and its worker answers it.
 
         Returns:
             True when a call was canceled (for a call made elsewhere: the cancel took
@@ -358,11 +395,38 @@ class ProducerCore:
         if len(call_ids) != 1:
             return False
         try:
+            answered = yield from self._cancel_queued(call_ids[0])
+        except REDIS_FAILURES as exc:
+            log.warning("could not cancel call %s: %s", call_ids[0], exc)
+            return False
+        if answered is not None:
+            return answered
+        try:
             finished, marked, _ = yield ForeignCancel(call_ids[0])
         except REDIS_FAILURES as exc:
             log.warning("could not cancel call %s: %s", call_ids[0], exc)
             return False
         return bool(marked) and not finished
+
+    def _cancel_queued(self, call_id: str) -> Generator[Step, Any, bool | None]:
+        """Answer a call found on a catalogued queue ``canceled``; ``None``: not found.
+
+        Two round trips, paid by the cancel only (none per call): the message by its id
+        in each catalogued queue, then the answering script.
+
+        Raises:
+            redis.RedisError, OSError: Redis failed.
+        """
+        catalog = yield ReadCatalog(None)
+        queues = sorted({entry.queue for entry in catalog.typed.values()})
+        if not queues:
+            return None
+        request = queued_request((yield FindQueued(call_id, queues)))
+        if request is None or request.id != call_id:
+            return None
+        ttl_s = self.config.settings.reply_ttl_s
+        answered = yield AnswerQueued(queued_cancel(self.config.namespace, request, ttl_s))
+        return bool(answered)
 
     def _publish_batch(
         self,

@@ -16,7 +16,9 @@ interchangeable (stateless mode).
   the call is streamed and its ``running``/``progress`` events become
   ``notifications/progress``. When the client cancels (``notifications/cancelled``, or
   closing the request's HTTP stream) the SDK cancels the handler, and the producer
-  cancels the call in the fleet.
+  cancels the call in the fleet; a handshake-era HTTP client's ``notifications/cancelled``,
+  which reaches a fresh stateless transport, cancels by the derived call id instead
+  (:mod:`toolfleet.producer.mcp.sessions`; not for a streamed call, whose id the turn draws).
 - Catalog changes: a watcher re-reads the catalog of the accounts with an open
   subscription every ``watch_interval_s`` and, when their tool list changed, sends
   ``notifications/tools/list_changed`` — on the connection's own channel for
@@ -36,11 +38,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import mcp_types as types
-from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR
@@ -48,8 +50,9 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from toolfleet.producer.async_client import AsyncToolClient
 from toolfleet.producer.events import CallEvent
-from toolfleet.producer.mcp.auth import Caller, caller_of
+from toolfleet.producer.mcp.auth import Caller
 from toolfleet.producer.mcp.results import call_tool_result
+from toolfleet.producer.mcp.sessions import caller_of_scope, session_call_id
 from toolfleet.shared import codec
 from toolfleet.shared.errors import ClientError, ConnectionFailed
 from toolfleet.shared.wire import Status, ToolCallResult
@@ -146,7 +149,12 @@ class Gateway:
         context = {"account": caller.account, "user": caller.user, "llmclient": "mcp"}
         arguments = params.arguments or {}
         try:
-            if _progress_token(ctx.meta) is None:
+            call_id = self._call_id(ctx, caller)
+            if _progress_token(ctx.meta) is None and call_id is not None:
+                result = await self.client._call_as(  # noqa: SLF001 - the producer's own gateway
+                    call_id, params.name, arguments, context=context, timeout_s=timeout_s
+                )
+            elif _progress_token(ctx.meta) is None:
                 result = await self.client.call(
                     params.name, arguments, context=context, timeout_s=timeout_s
                 )
@@ -243,9 +251,23 @@ class Gateway:
 
     def _caller(self, ctx: ServerRequestContext[Any, Any]) -> Caller:
         """The request's caller: its verified bearer token over HTTP, else the default."""
-        user = getattr(ctx.request, "scope", {}).get("user") if ctx.request is not None else None
-        token = user.access_token if isinstance(user, AuthenticatedUser) else None
-        return caller_of(token, self.config.default_caller)
+        scope = getattr(ctx.request, "scope", None) if ctx.request is not None else None
+        return caller_of_scope(scope or {}, self.config.default_caller)
+
+    def _call_id(self, ctx: ServerRequestContext[Any, Any], caller: Caller) -> str | None:
+        """The call id a handshake-era HTTP request's cancel finds on any replica, else None.
+
+        Derived from the session id the gateway issued (:mod:`.sessions`) and the request
+        id; ``None`` (a fresh id) over stdio, without a session, or in the 2026 era (closing
+        the request's stream cancels it there).
+        """
+        headers = getattr(ctx.request, "headers", None)
+        session = headers.get(MCP_SESSION_ID_HEADER) if headers is not None else None
+        if not session or ctx.request_id is None:
+            return None
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return None
+        return session_call_id(caller.account, session, ctx.request_id)
 
     def _timeout_s(self, meta: Mapping[str, Any] | None) -> float:
         """The request's ``toolfleet/timeout_s`` within ``(0, max_timeout_s]``, else the default."""

@@ -7,6 +7,8 @@ no affinity; every state the calls need is in Redis. Routes:
 - ``/mcp``: the MCP endpoint. With a token verifier, a request without a valid
   ``Authorization: Bearer`` token is answered 401 (the SDK's ``RequireAuthMiddleware``);
   without one (the operator chose to run open) every request calls as the default caller.
+  A handshake-era client gets an opaque session id so that its ``notifications/cancelled``
+  cancels the call on whichever replica it lands (:mod:`toolfleet.producer.mcp.sessions`).
 - ``/livez``: 200 while the process serves.
 - ``/readyz``: 200 when the fleet's catalog can be read from Redis, else 503.
 """
@@ -31,6 +33,7 @@ from starlette.routing import Route
 
 from toolfleet.producer.async_client import AsyncToolClient
 from toolfleet.producer.mcp.gateway import Gateway, GatewayConfig
+from toolfleet.producer.mcp.sessions import LegacySessions
 from toolfleet.shared.errors import ConnectionFailed
 
 __all__ = ["MCP_PATH", "http_app"]
@@ -71,7 +74,7 @@ def http_app(
     manager = StreamableHTTPSessionManager(
         app=gateway.server, stateless=True, security_settings=security
     )
-    endpoint: Any = StreamableHTTPASGIApp(manager)
+    endpoint: Any = LegacySessions(StreamableHTTPASGIApp(manager), client, config.default_caller)
     middleware: list[Middleware] = []
     if token_verifier is not None:
         endpoint = RequireAuthMiddleware(endpoint, required_scopes=[])

@@ -5,6 +5,11 @@ main loop, but only while it is healthy: its tool threads are not stuck past the
 and its event loop is not blocked. Liveness needs no Redis: every live worker process
 has a fresh file. Readiness also needs Redis to answer and every process to have loaded
 its extensions and started consuming.
+
+Waiting for Redis is not a failure of the process (restarting it would not bring Redis
+back): a worker process waiting for Redis keeps its file fresh with ``ready`` false, and
+the supervisor, which waits for Redis before it starts any worker process, keeps
+``<health_dir>/supervisor-<pid>.json`` fresh meanwhile. The pod is then live, not ready.
 """
 
 from __future__ import annotations
@@ -20,7 +25,18 @@ import redis
 from toolfleet.shared.errors import ConfigurationError
 from toolfleet.worker.supervision.redis_factory import redis_client
 
-__all__ = ["HealthReport", "check_live", "check_ready", "remove_heartbeat", "write_heartbeat"]
+__all__ = [
+    "HealthReport",
+    "check_live",
+    "check_ready",
+    "remove_heartbeat",
+    "remove_supervisor_beat",
+    "write_heartbeat",
+    "write_supervisor_beat",
+]
+
+#: The file name prefix of the supervisor's beat while it waits for Redis.
+SUPERVISOR = "supervisor"
 
 
 def write_heartbeat(directory: Path, ready: bool, functions: int) -> None:
@@ -32,6 +48,20 @@ def write_heartbeat(directory: Path, ready: bool, functions: int) -> None:
         json.dumps({"pid": os.getpid(), "ready": ready, "functions": functions, "at": time.time()})
     )
     tmp.replace(path)
+
+
+def write_supervisor_beat(directory: Path) -> None:
+    """Atomically (re)write the supervisor's beat: it runs, waiting for Redis to answer."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{SUPERVISOR}-{os.getpid()}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"pid": os.getpid(), "waiting": "redis", "at": time.time()}))
+    tmp.replace(path)
+
+
+def remove_supervisor_beat(directory: Path) -> None:
+    """Delete the supervisor's beat (it stopped waiting for Redis, or exits)."""
+    (directory / f"{SUPERVISOR}-{os.getpid()}.json").unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -47,11 +77,18 @@ class HealthReport:
     reason: str
 
 
-def _pid_alive(pid: int) -> bool:
-    """True when ``pid`` is a running toolfleet worker process.
+#: What a worker process's command line holds (a reused pid's does not).
+WORKER_COMMAND = b"toolfleet.worker.supervision.worker_process"
 
-    Not a thread id, nor another program that reused the number (checked in ``/proc``).
+
+def _pid_alive(pid: int, command: bytes | None = WORKER_COMMAND) -> bool:
+    """True when ``pid`` is a running process whose command line holds ``command``.
+
+    Not a thread id, nor another program that reused the number (checked in ``/proc``);
+    ``command`` ``None``: any process.
     """
+    if pid <= 0:
+        return False
     proc = Path(f"/proc/{pid}")
     if Path("/proc/self").exists():
         try:
@@ -62,7 +99,7 @@ def _pid_alive(pid: int) -> bool:
         tgid = next(
             (line.split()[1] for line in status.splitlines() if line.startswith("Tgid:")), ""
         )
-        return tgid == str(pid) and b"toolfleet.worker.supervision.worker_process" in cmdline
+        return tgid == str(pid) and (command is None or command in cmdline)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -90,9 +127,29 @@ def _live_beats(directory: Path) -> list[dict[str, float]]:
     return beats
 
 
+def _waiting_supervisor(directory: Path, stale_s: float) -> bool:
+    """True when a running supervisor has a fresh beat: it waits for Redis."""
+    now = time.time()
+    for path in directory.glob(f"{SUPERVISOR}-*.json") if directory.is_dir() else []:
+        try:
+            pid = int(json.loads(path.read_text()).get("pid", 0))
+            fresh = now - path.stat().st_mtime <= stale_s
+        except (OSError, ValueError, TypeError, AttributeError):
+            continue
+        if fresh and _pid_alive(pid, None):
+            return True
+    return False
+
+
 def check_live(directory: Path, stale_s: float) -> HealthReport:
-    """Live when at least one worker process runs and every one has a fresh heartbeat."""
+    """Live when every worker process has a fresh heartbeat, and one runs or the supervisor waits.
+
+    A supervisor waiting for Redis is live: a dependency's outage is not the process's
+    failure (readiness says it, :func:`check_ready`).
+    """
     beats = _live_beats(directory)
+    if not beats and _waiting_supervisor(directory, stale_s):
+        return HealthReport(True, "waiting for Redis before starting the worker processes")
     if not beats:
         return HealthReport(False, f"no live worker process has a heartbeat in {directory}")
     now = time.time()

@@ -32,7 +32,13 @@ from toolfleet.worker.supervision.exposition import (
     prepare_multiprocess_dir,
     serve_metrics,
 )
-from toolfleet.worker.supervision.health import check_live, check_ready, remove_heartbeat
+from toolfleet.worker.supervision.health import (
+    check_live,
+    check_ready,
+    remove_heartbeat,
+    remove_supervisor_beat,
+    write_supervisor_beat,
+)
 from toolfleet.worker.supervision.reachability import wait_until_reachable
 from toolfleet.worker.supervision.redis_factory import redis_client
 from toolfleet.worker.supervision.watchdog import start_watchdog
@@ -170,9 +176,17 @@ class Supervisor:
         self.registry = serve_metrics(
             self.options.settings.metrics_port, self.metrics_dir, probes=self._probes()
         )
-        if not wait_until_reachable(
-            self.options.redis_url, self._stop, factory=self.options.settings.redis_client
-        ):
+        health_dir = Settings.from_env().health_dir
+        try:  # live meanwhile (the beat), not ready: Redis's outage is not this process's
+            reachable = wait_until_reachable(
+                self.options.redis_url,
+                self._stop,
+                factory=self.options.settings.redis_client,
+                on_wait=lambda: write_supervisor_beat(health_dir),
+            )
+        finally:
+            remove_supervisor_beat(health_dir)
+        if not reachable:
             return 0  # stopped while Redis was down: nothing started, nothing to drain
         for slot in self.slots:
             self._start(slot)

@@ -109,7 +109,19 @@ def main(argv: list[str] | None = None) -> int:
     process_runner = _process_runner(args, registry) if registry.needs_processes else None
 
     factory = settings.redis_client  # each process calls it itself
-    if not wait_until_reachable(redis_url, stop, factory=factory):  # Redis down
+    functions = len(registry.served)
+    try:  # live while waiting (a fresh heartbeat), not ready
+        reachable = wait_until_reachable(
+            redis_url,
+            stop,
+            factory=factory,
+            on_wait=lambda: write_heartbeat(settings.health_dir, False, functions),
+        )
+    except BaseException:
+        remove_heartbeat(settings.health_dir)
+        raise
+    if not reachable:  # stopped while Redis was down
+        remove_heartbeat(settings.health_dir)
         return 0
     broker = make_broker(redis_url, settings.namespace, factory=factory)
     broker.heartbeat_timeout = int(settings.broker_heartbeat_timeout_s * 1000)
