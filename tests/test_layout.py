@@ -163,8 +163,13 @@ ALLOWED = {
     "toolfleet.shared": (),
     "toolfleet.producer": ("toolfleet.shared",),
     "toolfleet.extensions": ("toolfleet.shared",),
-    # how a tool runs: a leaf; its child process builds the registry and nothing else
-    "toolfleet.worker.isolation": ("toolfleet.shared", "toolfleet.worker.registry"),
+    # how a tool runs: a leaf; its child process builds the registry and logs as a worker
+    # process does (the logging setup, itself importing only the registry's redaction)
+    "toolfleet.worker.isolation": (
+        "toolfleet.shared",
+        "toolfleet.worker.registry",
+        "toolfleet.worker.supervision.logs",
+    ),
     # what is served: extensions, their settings and switches, MCP sessions
     "toolfleet.worker.registry": ("toolfleet.shared", "toolfleet.worker.mcp"),
     "toolfleet.worker": (
@@ -185,8 +190,8 @@ def _inside(module: str, prefix: str) -> bool:
 
 def test_imports_run_one_way_between_the_parts() -> None:
     """shared imports no other part; producer and extensions only shared; worker all three;
-    worker/isolation only shared and (its child) the registry; the registry no pipeline,
-    Dramatiq or CLI code."""
+    worker/isolation only shared and (its child) the registry and the logging setup; the
+    registry no pipeline, Dramatiq or CLI code."""
     wrong = []
     for module, targets in sorted(FULL_GRAPH.items()):
         part = _part_of(module)
