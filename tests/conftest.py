@@ -4,6 +4,7 @@ clients of both kinds behind one blocking facade (:class:`Either`)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -21,7 +22,7 @@ import redis
 
 from toolfleet.producer import AsyncToolClient, CallEvent, ToolClient
 from toolfleet.shared import ToolCallResult, codec
-from toolfleet.shared.naming import catalog_key, workers_key
+from toolfleet.shared.naming import actor_name_for, catalog_key, workers_key
 from toolfleet.shared.urls import redacted_url
 
 TESTS = Path(__file__).resolve().parent
@@ -90,6 +91,30 @@ def namespace(redis_url: str) -> Iterator[str]:
     ns = f"tftest-{uuid.uuid4().hex[:10]}"
     yield ns
     delete_namespace(redis_url, ns)
+
+
+def enqueue_raw(r: redis.Redis, ns: str, request: object, queue: str = TEST_QUEUE) -> str:
+    """Enqueue a Dramatiq message by hand, as no producer would, and return its Redis id.
+
+    Args:
+        r: the Redis of the fleet.
+        ns: the fleet's namespace.
+        request: the message's one argument: a ``str`` as is, anything else JSON-encoded
+            by the standard library (lone surrogates become ``\\udXXX`` escapes).
+        queue: the queue to push it to.
+    """
+    redis_id = str(uuid.uuid4())
+    message = {
+        "queue_name": queue, "actor_name": actor_name_for(queue),
+        "args": [request if isinstance(request, str) else json.dumps(request)], "kwargs": {},
+        "options": {"redis_message_id": redis_id}, "message_id": str(uuid.uuid4()),
+        "message_timestamp": int(time.time() * 1000),
+    }  # fmt: skip
+    pipe = r.pipeline(transaction=False)
+    pipe.hset(f"{ns}:{queue}.msgs", redis_id, json.dumps(message))
+    pipe.rpush(f"{ns}:{queue}", redis_id)
+    pipe.execute()
+    return redis_id
 
 
 def delete_namespace(redis_url: str, ns: str) -> None:

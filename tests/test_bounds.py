@@ -13,10 +13,9 @@ from typing import Any
 import pytest
 import redis
 
-from conftest import IDLE, IDLE_QUEUE, TEST_QUEUE, Either, Fleet
+from conftest import IDLE, IDLE_QUEUE, Either, Fleet, enqueue_raw
 from toolfleet.producer import ToolClient
 from toolfleet.shared import ClientError, Status
-from toolfleet.shared.naming import actor_name_for
 from toolfleet.shared.wire import CallContext, ReplyEnvelope
 
 ECHO = "ext_fleet_test_echo"
@@ -120,14 +119,7 @@ def test_a_request_at_the_depth_bound_is_read_and_answered_by_the_worker(fleet: 
 
 def _publish_raw(fleet: Fleet, r: redis.Redis, request_text: str) -> None:
     """Enqueue a Dramatiq message whose one argument is ``request_text``, as is."""
-    redis_id = str(uuid.uuid4())
-    message = {
-        "queue_name": TEST_QUEUE, "actor_name": actor_name_for(TEST_QUEUE),
-        "args": [request_text], "kwargs": {}, "options": {"redis_message_id": redis_id},
-        "message_id": str(uuid.uuid4()), "message_timestamp": int(time.time() * 1000),
-    }  # fmt: skip
-    r.hset(f"{fleet.namespace}:{TEST_QUEUE}.msgs", redis_id, json.dumps(message))
-    r.rpush(f"{fleet.namespace}:{TEST_QUEUE}", redis_id)
+    enqueue_raw(r, fleet.namespace, request_text)
 
 
 def _reply(r: redis.Redis, reply_to: str, fleet: Fleet) -> bytes:

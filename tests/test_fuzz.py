@@ -17,7 +17,7 @@ import orjson
 import pytest
 import redis
 
-from conftest import TEST_QUEUE, Fleet, start_fleet
+from conftest import TEST_QUEUE, Fleet, enqueue_raw, start_fleet
 from toolfleet.producer import ToolClient
 from toolfleet.shared import Status
 from toolfleet.shared.errors import ClientError
@@ -265,15 +265,7 @@ def test_a_reply_address_with_a_lone_surrogate_is_refused_in_one_log_line(
         "id": call_id, "function": ECHO, "arguments": {"text": "x"},
         "reply_to": f"{ns}:reply:\ud800", "deadline": time.time() + 60, "timeout_s": 60.0,
     }  # fmt: skip
-    redis_id = str(uuid.uuid4())
-    message = {
-        "queue_name": TEST_QUEUE, "actor_name": actor_name_for(TEST_QUEUE),
-        "args": [json.dumps(request)], "kwargs": {},
-        "options": {"redis_message_id": redis_id}, "message_id": str(uuid.uuid4()),
-        "message_timestamp": int(time.time() * 1000),
-    }  # fmt: skip
-    r.hset(f"{ns}:{TEST_QUEUE}.msgs", redis_id, _dumps(message))
-    r.rpush(f"{ns}:{TEST_QUEUE}", redis_id)
+    redis_id = enqueue_raw(r, ns, request)
     deadline = time.monotonic() + 20
     logged: list[str] = []
     while time.monotonic() < deadline and not (
@@ -303,16 +295,8 @@ def test_an_id_with_a_lone_surrogate_is_answered_rejected_on_its_usable_reply_li
         "arguments": {"text": "x"}, "reply_to": reply_to,
         "deadline": time.time() + 60, "timeout_s": 60.0,
     }  # fmt: skip
-    redis_id = str(uuid.uuid4())
-    message = {
-        "queue_name": TEST_QUEUE, "actor_name": actor_name_for(TEST_QUEUE),
-        "args": [json.dumps(request)], "kwargs": {},
-        "options": {"redis_message_id": redis_id}, "message_id": str(uuid.uuid4()),
-        "message_timestamp": int(time.time() * 1000),
-    }  # fmt: skip
     try:
-        r.hset(f"{ns}:{TEST_QUEUE}.msgs", redis_id, _dumps(message))
-        r.rpush(f"{ns}:{TEST_QUEUE}", redis_id)
+        enqueue_raw(r, ns, request)
         deadline, popped = time.monotonic() + 20, None
         while popped is None and time.monotonic() < deadline:
             popped = r.lpop(reply_to)

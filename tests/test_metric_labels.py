@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -23,9 +22,15 @@ from prometheus_client import make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import TEST_QUEUE, Fleet, delete_namespace, start_fleet, toolfleet_command
+from conftest import (
+    Fleet,
+    delete_namespace,
+    enqueue_raw,
+    start_fleet,
+    toolfleet_command,
+)
 from toolfleet.producer import ToolClient
-from toolfleet.shared.naming import actor_name_for, catalog_key
+from toolfleet.shared.naming import catalog_key
 from toolfleet.shared.wire import ReplyEnvelope
 from toolfleet.worker.supervision.exposition import listen, serve_metrics
 
@@ -85,17 +90,7 @@ def _publish_raw(r: redis.Redis, ns: str, function: str, reply_to: str) -> None:
         "id": str(uuid.uuid4()), "function": function, "arguments": {"text": "x"},
         "reply_to": reply_to, "deadline": time.time() + 60, "timeout_s": 60.0,
     }  # fmt: skip
-    redis_id = str(uuid.uuid4())
-    message = {
-        "queue_name": TEST_QUEUE, "actor_name": actor_name_for(TEST_QUEUE),
-        "args": [json.dumps(request)], "kwargs": {},
-        "options": {"redis_message_id": redis_id}, "message_id": str(uuid.uuid4()),
-        "message_timestamp": int(time.time() * 1000),
-    }  # fmt: skip
-    pipe = r.pipeline(transaction=False)
-    pipe.hset(f"{ns}:{TEST_QUEUE}.msgs", redis_id, json.dumps(message).encode())
-    pipe.rpush(f"{ns}:{TEST_QUEUE}", redis_id)
-    pipe.execute()
+    enqueue_raw(r, ns, request)
 
 
 def test_function_label_is_a_served_name_or_unknown() -> None:
