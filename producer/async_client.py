@@ -283,4 +283,6 @@ class AsyncToolClient(ClientBase):
         wait_s = None if step.deadline is None else step.deadline - time.time()
         if isinstance(step, core.ReadCatalog):
             return await self._catalog.get(step.functions, wait_s=wait_s)
-        return await self._publisher.publish_many(step.items, wait_s=wait_s)
+        return await self._publisher.publish_many(
+            step.items, wait_s=wait_s, no_breaker=step.no_breaker
+        )

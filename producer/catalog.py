@@ -82,6 +82,17 @@ class Catalog:
         entry = self.typed.get(function)
         return entry is not None and switched_off(entry, self.switches)
 
+    def without_breaker(self, functions: Iterable[str]) -> frozenset[str]:
+        """Those of ``functions`` whose entry declares no breaker (``"breaker": null``).
+
+        A worker writes breaker state only for a tool whose manifest declares a breaker,
+        and its catalog entry says so; an entry without the field (an older worker) may
+        have one. The enqueue script skips the breaker read of these functions.
+        """
+        return frozenset(
+            f for f in functions if f in self.entries and self.entries[f].get("breaker", 0) is None
+        )
+
     def refusal(self, function: str, account: str | None) -> Refusal | None:
         """Why ``function`` may not be offered or called for ``account`` (``None``: it may).
 

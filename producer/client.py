@@ -246,8 +246,10 @@ class ToolClient(ClientBase):
         if isinstance(step, core.TakeSlot):
             return self._slots.acquire(step.wait_s)
         if isinstance(step, core.Publish):
-            items = step.items
-            return self._bounded.run(lambda: self._publisher.publish_many(items), step.deadline)
+            items, no_breaker = step.items, step.no_breaker
+            return self._bounded.run(
+                lambda: self._publisher.publish_many(items, no_breaker), step.deadline
+            )
         if isinstance(step, core.MarkResolved):
             return self._listener.mark_within(step.call_ids)
         if isinstance(step, core.ReadExtensionErrors):

@@ -9,6 +9,11 @@ command does (``HSET <queue>.msgs id body`` + ``RPUSH``), on the account's lane,
 checking the account's quotas in the same atomic step; queue maintenance is left to the
 workers. Several messages go in one pipeline (one round trip). A call over its quota
 comes back as a :class:`~toolfleet.shared.tenancy.enqueue.Refused` (nothing published).
+
+A pipeline sends ``EVALSHA`` alone: redis-py's ``Script`` on a pipeline would send
+``SCRIPT EXISTS`` before every batch. The replies that come back ``NOSCRIPT`` (Redis
+restarted or ran ``SCRIPT FLUSH``: the script did not run, nothing was written) are sent
+again, once, after ``SCRIPT LOAD``.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from typing import Any
 
 import orjson
@@ -77,7 +82,9 @@ class _Dispatch:
         self.namespace = namespace
         self.quotas = quotas or QuotaDefaults()
 
-    def call(self, queue: str, request: ToolCallRequest) -> tuple[list[str], list[Any]]:
+    def call(
+        self, queue: str, request: ToolCallRequest, no_breaker: Container[str] = ()
+    ) -> tuple[list[str], list[Any]]:
         redis_message_id, body = encode_message(queue, request, redis_message_id=request.id)
         return enqueue_call(
             self.namespace,
@@ -90,7 +97,20 @@ class _Dispatch:
             deadline=request.deadline,
             defaults=self.quotas,
             now=time.time(),
+            breaker=request.function not in no_breaker,
         )
+
+
+def _evalsha(pipe: Any, sha: str, calls: Sequence[tuple[list[str], list[Any]]]) -> None:
+    for keys, args in calls:
+        pipe.evalsha(sha, len(keys), *keys, *args)
+
+
+def _unloaded(replies: Sequence[Any]) -> list[int]:
+    """The positions of the replies that say the script was not loaded (it did not run)."""
+    return [
+        i for i, reply in enumerate(replies) if isinstance(reply, redis.exceptions.NoScriptError)
+    ]
 
 
 def _outcome(reply: Any) -> Outcome:
@@ -124,11 +144,15 @@ class Publisher:
         keys, args = self._dispatch.call(queue, request)
         return refused(self._script(keys=keys, args=args))
 
-    def publish_many(self, items: Sequence[tuple[str, ToolCallRequest]]) -> list[Outcome]:
-        """Enqueue several requests in one pipeline.
+    def publish_many(
+        self, items: Sequence[tuple[str, ToolCallRequest]], no_breaker: Container[str] = ()
+    ) -> list[Outcome]:
+        """Enqueue several requests in one pipeline (one more when the script was flushed).
 
         Args:
             items: ``(queue, request)`` pairs.
+            no_breaker: functions whose catalog entry declares no breaker (their breaker
+                state is not read).
 
         Returns:
             Per item, its :data:`Outcome`.
@@ -138,14 +162,21 @@ class Publisher:
         """
         outcomes: list[Outcome] = []
         for start in range(0, len(items), MAX_BATCH):
-            pipe = self._client.pipeline(transaction=False)
             chunk = items[start : start + MAX_BATCH]
-            for queue, request in chunk:
-                keys, args = self._dispatch.call(queue, request)
-                self._script(keys=keys, args=args, client=pipe)
-            replies = pipe.execute(raise_on_error=False)
+            calls = [self._dispatch.call(q, r, no_breaker) for q, r in chunk]
+            replies = self._execute(calls)
+            if missing := _unloaded(replies):
+                self._script.sha = self._client.script_load(ENQUEUE_SCRIPT)
+                again = self._execute([calls[i] for i in missing])
+                for i, reply in zip(missing, again, strict=True):
+                    replies[i] = reply
             outcomes.extend(_outcome(r) for r in replies)
         return outcomes
+
+    def _execute(self, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
+        pipe = self._client.pipeline(transaction=False)
+        _evalsha(pipe, self._script.sha, calls)
+        return list(pipe.execute(raise_on_error=False))
 
 
 class AsyncPublisher:
@@ -190,12 +221,18 @@ class AsyncPublisher:
         return outcome
 
     async def publish_many(
-        self, items: Sequence[tuple[str, ToolCallRequest]], *, wait_s: float | None = None
+        self,
+        items: Sequence[tuple[str, ToolCallRequest]],
+        *,
+        wait_s: float | None = None,
+        no_breaker: Container[str] = (),
     ) -> list[Outcome]:
         """Enqueue several requests (in the next batch).
 
         Args:
             items: ``(queue, request)`` pairs.
+            no_breaker: functions whose catalog entry declares no breaker (their breaker
+                state is not read).
             wait_s: longest wait for Redis to confirm, seconds (``None``: no limit); an
                 item not confirmed by then gets a ``redis.TimeoutError`` (it may still be
                 enqueued: its caller's deadline settles it).
@@ -207,7 +244,7 @@ class AsyncPublisher:
         futures: list[asyncio.Future[Refused | None]] = []
         for queue, request in items:
             future: asyncio.Future[Refused | None] = loop.create_future()
-            self._waiting.append((self._dispatch.call(queue, request), future))
+            self._waiting.append((self._dispatch.call(queue, request, no_breaker), future))
             futures.append(future)
         if self._flushing is None:
             self._flushing = loop.create_task(self._flush())
@@ -224,11 +261,14 @@ class AsyncPublisher:
         try:
             while self._waiting:
                 batch, self._waiting = self._waiting[:MAX_BATCH], self._waiting[MAX_BATCH:]
-                pipe = self._client.pipeline(transaction=False)
-                for (keys, args), _ in batch:
-                    await self._script(keys=keys, args=args, client=pipe)
+                calls = [call for call, _ in batch]
                 try:
-                    replies: list[Any] = await pipe.execute(raise_on_error=False)
+                    replies = await self._execute(calls)
+                    if missing := _unloaded(replies):
+                        self._script.sha = await self._client.script_load(ENQUEUE_SCRIPT)
+                        again = await self._execute([calls[i] for i in missing])
+                        for i, reply in zip(missing, again, strict=True):
+                            replies[i] = reply
                 except Exception as exc:  # noqa: BLE001 - handed to every waiting publisher
                     replies = [exc] * len(batch)
                 for (_, future), reply in zip(batch, replies, strict=True):
@@ -241,6 +281,11 @@ class AsyncPublisher:
             for _, future in [*batch, *self._waiting]:
                 _settle(future, interrupted)
             self._waiting = []
+
+    async def _execute(self, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
+        pipe = self._client.pipeline(transaction=False)
+        _evalsha(pipe, self._script.sha, calls)
+        return list(await pipe.execute(raise_on_error=False))
 
 
 def _consume(future: asyncio.Future[Refused | None]) -> None:

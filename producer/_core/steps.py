@@ -94,10 +94,15 @@ class TakeSlot:
 
 @dataclass(frozen=True, slots=True)
 class Publish:
-    """Publish ``items`` (``(queue, request)``), waiting no later than ``deadline`` (epoch s)."""
+    """Publish ``items`` (``(queue, request)``), waiting no later than ``deadline`` (epoch s).
+
+    ``no_breaker``: the functions whose catalog entry declares no breaker (the enqueue
+    script does not read their breaker state).
+    """
 
     items: list[tuple[str, ToolCallRequest]]
     deadline: float
+    no_breaker: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,7 +273,8 @@ class ProducerCore:
         label = function_label(request.function, catalog.typed)
         self.register(request, future, None, label)
         try:
-            (outcome,) = yield Publish([(admitted, request)], request.deadline)
+            no_breaker = catalog.without_breaker([request.function])
+            (outcome,) = yield Publish([(admitted, request)], request.deadline, no_breaker)
         except Exception as exc:  # noqa: BLE001 - classified by published()
             outcome = exc
         self.published(request, outcome, label)
@@ -453,7 +459,13 @@ class ProducerCore:
         if not sent:
             return
         try:
-            outcomes = yield Publish([(q, r) for _, q, r, _, _ in sent], state.deadline)
+            no_breaker = (
+                catalog.without_breaker(r.function for _, _, r, _, _ in sent)
+                if isinstance(catalog, Catalog)
+                else frozenset()
+            )
+            items = [(q, r) for _, q, r, _, _ in sent]
+            outcomes = yield Publish(items, state.deadline, no_breaker)
         except Exception as exc:  # noqa: BLE001 - the pipeline failed as a whole
             outcomes = [exc] * len(sent)
         failure: BaseException | None = None

@@ -30,30 +30,43 @@ __all__ = ["ENQUEUE_SCRIPT", "QuotaDefaults", "Refused", "enqueue_call", "refuse
 #: KEYS: queue list, messages hash, limits hash, the function's breaker hash, then the
 #: account's two lanes (none: no lanes). ARGV: redis message id, body, now (ms), deadline
 #: (ms), call id, quota key prefix, outcome key prefix, default in_flight, per_s and burst
-#: (0: none), then the call's scopes, the account's first. Returns 0 when enqueued, else
-#: ``{reason, scope, limit, retry after (ms)}`` (reason ``in_flight``, ``per_s`` or
-#: ``breaker``) and writes nothing.
+#: (0: none), whether to read the breaker (``1``/``0``), then the call's scopes, the
+#: account's first. Returns 0 when enqueued, else ``{reason, scope, limit, retry after
+#: (ms)}`` (reason ``in_flight``, ``per_s`` or ``breaker``) and writes nothing.
+#:
+#: What it reads costs nothing when a feature is off: no breaker read for a tool without
+#: one, one ``HMGET`` for all of a call's quota scopes (none without an account), and the
+#: second lane's length only when the first lane is not empty.
 ENQUEUE_SCRIPT = """
 local now = tonumber(ARGV[3])
 local deadline = tonumber(ARGV[4])
-local breaker = redis.call("hget", KEYS[4], "state")
-if breaker == "open" or breaker == "half_open" then
-    local reopen = tonumber(redis.call("hget", KEYS[4], "until") or "0")
-    if now < reopen then return {"breaker", "", "", math.ceil(reopen - now)} end
+if ARGV[11] == "1" then
+    local breaker = redis.call("hmget", KEYS[4], "state", "until")
+    if breaker[1] == "open" or breaker[1] == "half_open" then
+        local reopen = tonumber(breaker[2] or "0")
+        if now < reopen then return {"breaker", "", "", math.ceil(reopen - now)} end
+    end
 end
 local function number(value)
     if value == nil or value == cjson.null then return 0 end
     return tonumber(value) or 0
 end
 local taken = {}
-for i = 11, #ARGV do
+local raws = {}
+if #ARGV >= 12 then
+    local fields = {}
+    for i = 12, #ARGV do fields[#fields + 1] = ARGV[i] end
+    fields[#fields + 1] = "*"
+    raws = redis.call("hmget", KEYS[3], unpack(fields))
+end
+for i = 12, #ARGV do
     local scope = ARGV[i]
-    local raw = redis.call("hget", KEYS[3], scope)
+    local raw = raws[i - 11]
     local quota = nil
     if raw then
         quota = cjson.decode(raw)
-    elseif i == 11 then
-        raw = redis.call("hget", KEYS[3], "*")
+    elseif i == 12 then
+        raw = raws[#raws]
         if raw then
             quota = cjson.decode(raw)
         else
@@ -106,7 +119,8 @@ end
 redis.call("hset", KEYS[2], ARGV[1], ARGV[2])
 if #KEYS >= 6 then
     local lane = KEYS[5]
-    if redis.call("llen", KEYS[6]) < redis.call("llen", KEYS[5]) then lane = KEYS[6] end
+    local first = redis.call("llen", KEYS[5])
+    if first > 0 and redis.call("llen", KEYS[6]) < first then lane = KEYS[6] end
     redis.call("rpush", lane, ARGV[1])
     redis.call("rpush", KEYS[1], "%(token)s")
 else
@@ -180,6 +194,7 @@ def enqueue_call(
     deadline: float,
     defaults: QuotaDefaults,
     now: float,
+    breaker: bool = True,
 ) -> tuple[list[str], list[Any]]:
     """The ``(keys, args)`` of :data:`ENQUEUE_SCRIPT` for one call.
 
@@ -194,6 +209,8 @@ def enqueue_call(
         deadline: the call's deadline, Unix epoch seconds.
         defaults: quotas of accounts without their own.
         now: the current Unix epoch time, seconds.
+        breaker: whether the function may have a breaker (its state is read); ``False``
+            only for a tool whose catalog entry declares none.
     """
     keys = [
         queue_key(namespace, queue),
@@ -214,6 +231,7 @@ def enqueue_call(
         defaults.in_flight or 0,
         defaults.per_s or 0,
         defaults.burst or 0,
+        1 if breaker else 0,
         *quota_scopes(account, function),
     ]
     return keys, args
