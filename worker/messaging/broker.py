@@ -151,9 +151,12 @@ class WaitingConsumer(_RedisConsumer):
                 if self._queue_empty and time.monotonic() - self._fetched_at < IDLE_FETCH_S:
                     # the last fetch was short or the last wait timed out on an empty
                     # queue: wait without a fetch (heartbeats come from the catalog
-                    # thread, so an idle worker costs one blocking command per WAIT_S)
+                    # thread, so an idle worker costs one blocking command per WAIT_S);
+                    # woken by work, fetch it now
                     self._wait()
-                    return None
+                    if self._queue_empty:
+                        return None
+                    continue
                 asked = min(FETCH_BATCH, self.prefetch - self.outstanding_message_count)
                 fetched = self.broker.fetch_with_ids(self.queue_name, asked)
                 self._fetched_at = time.monotonic()
