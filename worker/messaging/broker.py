@@ -6,7 +6,8 @@ idle waits for the next poll. This consumer instead blocks in Redis with
 ``BLMOVE q q LEFT LEFT`` (pop the head and push it back: the list is unchanged, and
 the command returns as soon as the list is non-empty), then fetches with Dramatiq's
 fetch, which also takes from the queue's account lanes round-robin
-(:mod:`toolfleet.shared.tenancy.lanes`). A message whose call is answered is
+(:mod:`toolfleet.shared.tenancy.lanes`); after a batch shorter than asked for (the queue
+ran dry) it goes back to the wait, not to another fetch. A message whose call is answered is
 acknowledged in the script that posts the reply (Dramatiq's ``ack`` commands, on its
 keys), saving Dramatiq's own round trip. Message format, keys, acks, heartbeats and dead
 letters are Dramatiq's. A message that does not decode is dead-lettered on its own
@@ -148,17 +149,22 @@ class WaitingConsumer(_RedisConsumer):
                     time.sleep(FULL_WINDOW_PAUSE_S)
                     return None
                 if self._queue_empty and time.monotonic() - self._fetched_at < IDLE_FETCH_S:
-                    # the last wait timed out on an empty queue: wait again without a fetch
-                    # (heartbeats come from the catalog thread, so an idle worker costs
-                    # one blocking command per WAIT_S)
+                    # the last fetch was short or the last wait timed out on an empty
+                    # queue: wait without a fetch (heartbeats come from the catalog
+                    # thread, so an idle worker costs one blocking command per WAIT_S);
+                    # woken by work, fetch it now
                     self._wait()
-                    return None
-                fetched = self.broker.fetch_with_ids(
-                    self.queue_name,
-                    min(FETCH_BATCH, self.prefetch - self.outstanding_message_count),
-                )
+                    if self._queue_empty:
+                        return None
+                    continue
+                asked = min(FETCH_BATCH, self.prefetch - self.outstanding_message_count)
+                fetched = self.broker.fetch_with_ids(self.queue_name, asked)
                 self._fetched_at = time.monotonic()
                 self._failures = 0
+                # fewer than asked: the queue list ran dry, so once these are handed out
+                # the consumer waits (one blocking command, woken by the next push)
+                # instead of running the fetch script on an empty queue
+                self._queue_empty = len(fetched) < asked
                 if fetched:
                     self._cache_ids = [redis_id for redis_id, _ in fetched]
                     self.message_cache = [data for _, data in fetched]
@@ -228,33 +234,49 @@ def unusable(message: Message[Any], queue_name: str) -> str:
 #: them to the acks set, read the bodies) and its heartbeat, returning ``{id, body or
 #: false, id, body or false, ...}``; a lane token popped from the queue list is replaced by
 #: the head of the next non-empty lane after the cursor (round-robin, see
-#: :mod:`toolfleet.shared.tenancy.lanes`).
+#: :mod:`toolfleet.shared.tenancy.lanes`). The batch's ids go to the acks set with one
+#: ``SADD`` and its bodies come back from one ``HMGET``; the cursor is read at the first
+#: lane token and written only when it moved.
 _FETCH_WITH_IDS = """
 redis.call("zadd", KEYS[4], ARGV[3], ARGV[2])
 local lanes = tonumber(ARGV[5])
-local cursor = tonumber(redis.call("get", KEYS[5]) or "0") % lanes
-local out = {}
+local cursor = nil
+local moved = false
+local ids = {}
 for i = 1, math.min(tonumber(ARGV[1]), 1000) do
     local id = redis.call("lpop", KEYS[1])
     if not id then break end
     if id == "%(token)s" then
+        if cursor == nil then
+            cursor = tonumber(redis.call("get", KEYS[5]) or "0") % lanes
+        end
         id = false
         for step = 0, lanes - 1 do
             local lane = (cursor + step) % lanes
             id = redis.call("lpop", ARGV[4] .. lane)
             if id then
                 cursor = (lane + 1) % lanes
+                moved = true
                 break
             end
         end
     end
     if id then
-        redis.call("sadd", KEYS[2], id)
-        out[#out + 1] = id
-        out[#out + 1] = redis.call("hget", KEYS[3], id)
+        ids[#ids + 1] = id
     end
 end
-redis.call("set", KEYS[5], cursor)
+if moved then
+    redis.call("set", KEYS[5], cursor)
+end
+local out = {}
+if #ids > 0 then
+    redis.call("sadd", KEYS[2], unpack(ids))
+    local bodies = redis.call("hmget", KEYS[3], unpack(ids))
+    for i = 1, #ids do
+        out[2 * i - 1] = ids[i]
+        out[2 * i] = bodies[i]
+    end
+end
 return out
 """.replace("%(token)s", TOKEN)
 

@@ -105,8 +105,7 @@ if #KEYS == 7 and redis.call("srem", KEYS[6], ARGV[6]) > 0 then
     redis.call("hdel", KEYS[7], ARGV[6])
 end
 redis.call("hdel", KEYS[4], ARGV[4])
-if redis.call("exists", KEYS[1]) == 1 then return 0 end
-redis.call("set", KEYS[1], ARGV[1], "EX", ARGV[2])
+if not redis.call("set", KEYS[1], ARGV[1], "NX", "EX", ARGV[2]) then return 0 end
 for i = 7, #ARGV do
     redis.call("xadd", KEYS[5], "MAXLEN", "~", ARGV[5], "*", "event", ARGV[i])
 end

@@ -1,0 +1,159 @@
+"""The Redis commands a worker spends per call, counted by a private Redis (INFO commandstats)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import dramatiq
+import pytest
+import redis
+from dramatiq.broker import MessageProxy
+
+from private_redis import Server, start_unix_server
+from toolfleet.producer.publish import Publisher
+from toolfleet.shared.cancels import REQUESTED, RESOLVED
+from toolfleet.shared.naming import actor_name_for, cancel_key, outcome_key
+from toolfleet.shared.wire import ToolCallRequest
+from toolfleet.worker.messaging.broker import FleetRedisBroker, make_broker
+from toolfleet.worker.pipeline.ledger import Posted, post_outcome
+
+QUEUE = "tools.commands"
+NS = "tfcommands"
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    """A redis-server of this test's own, so its command counts are this test's alone."""
+    started = start_unix_server(tmp_path)
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def broker(server: Server) -> Iterator[FleetRedisBroker]:
+    """A fleet broker on the private server, with the queue's actor declared."""
+    made = make_broker(server.url, NS)
+    dramatiq.actor(actor_name=actor_name_for(QUEUE), queue_name=QUEUE, broker=made)(print)
+    yield made
+    made.client.close()
+
+
+def _request() -> ToolCallRequest:
+    now = time.time()
+    return ToolCallRequest(
+        id=str(uuid.uuid4()),
+        function="ext_commands_tool",
+        arguments={"a": 1},
+        reply_to=f"{NS}:reply:test",
+        deadline=now + 30,
+        timeout_s=30.0,
+        sent_at=now,
+    )
+
+
+def _counts(client: redis.Redis) -> dict[str, int]:
+    """Calls per command name since the last CONFIG RESETSTAT (scripts' commands included)."""
+    stats = client.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(row["calls"]) for name, row in stats.items()}
+
+
+def _reset(client: redis.Redis) -> None:
+    client.config_resetstat()
+
+
+def test_a_batch_of_bodies_is_read_with_one_hmget(broker: FleetRedisBroker) -> None:
+    """One fetch of three messages reads their bodies with one HMGET and acks them with one SADD."""
+    publisher = Publisher(broker.client, NS)
+    for _ in range(3):
+        publisher.publish(QUEUE, _request())
+    _reset(broker.client)
+    pairs = broker.fetch_with_ids(QUEUE, 4)
+    counts = _counts(broker.client)
+    assert len(pairs) == 3 and all(body is not None for _, body in pairs)
+    assert counts.get("hmget") == 1
+    assert "hget" not in counts
+    assert counts.get("sadd") == 1
+    assert broker.client.scard(f"{NS}:__acks__.{broker.broker_id}.{QUEUE}") == 3
+
+
+def test_a_gone_body_is_still_fetched_as_none(broker: FleetRedisBroker) -> None:
+    """A fetched id whose body is missing comes back paired with None, in queue order."""
+    publisher = Publisher(broker.client, NS)
+    for _ in range(2):
+        publisher.publish(QUEUE, _request())
+    broker.client.rpush(f"{NS}:{QUEUE}", "no-such-id")
+    pairs = broker.fetch_with_ids(QUEUE, 4)
+    assert [redis_id for redis_id, _ in pairs][-1] == "no-such-id"
+    assert pairs[-1][1] is None and all(body is not None for _, body in pairs[:2])
+
+
+def test_a_short_batch_is_followed_by_a_wait_not_a_fetch(broker: FleetRedisBroker) -> None:
+    """After a fetch that took fewer messages than asked, the consumer blocks rather than fetch."""
+    consumer = broker.consume(QUEUE, prefetch=8, timeout=1000)
+    Publisher(broker.client, NS).publish(QUEUE, _request())
+    assert isinstance(next(consumer), MessageProxy)
+    _reset(broker.client)
+    assert next(consumer) is None  # the queue is empty: one blocking wait, timed out
+    counts = _counts(broker.client)
+    assert counts.get("blmove") == 1
+    assert "evalsha" not in counts and "eval" not in counts
+    consumer.close()
+
+
+def test_a_call_published_during_the_wait_is_fetched_next(broker: FleetRedisBroker) -> None:
+    """The wait after a short batch ends on a push, and the same step fetches the pushed call."""
+    consumer = broker.consume(QUEUE, prefetch=8, timeout=1000)
+    publisher = Publisher(broker.client, NS)
+    publisher.publish(QUEUE, _request())
+    assert isinstance(next(consumer), MessageProxy)
+    request = _request()
+    publisher.publish(QUEUE, request)
+    _reset(broker.client)
+    proxy = next(consumer)  # the wait sees the non-empty queue; the fetch takes the call
+    assert isinstance(proxy, MessageProxy)
+    assert request.id in proxy.args[0]
+    counts = _counts(broker.client)
+    assert counts.get("blmove") == 1 and counts.get("evalsha") == 1
+    consumer.close()
+
+
+def test_the_finish_script_claims_the_outcome_with_one_set_nx(server: Server) -> None:
+    """Posting an outcome runs one SET NX, no EXISTS; a second post finds it and writes nothing."""
+    client = redis.Redis.from_url(server.url)
+    try:
+        call_id = str(uuid.uuid4())
+        reply = f"{NS}:reply:{call_id}"
+        _reset(client)
+        first = post_outcome(client, NS, "w:1", call_id, reply, b"first", 60, 60)
+        counts = _counts(client)
+        assert first == Posted.POSTED
+        assert counts.get("set") == 1 and "exists" not in counts
+        second = post_outcome(client, NS, "w:1", call_id, reply, b"second", 60, 60)
+        assert second == Posted.ALREADY_ANSWERED
+        assert client.get(outcome_key(NS, call_id)) == b"first"
+        assert client.lrange(reply, 0, -1) == [b"first"]
+        assert 0 < client.ttl(outcome_key(NS, call_id)) <= 60
+    finally:
+        client.close()
+
+
+def test_the_finish_script_keeps_the_resolved_marker_rule(server: Server) -> None:
+    """A requested cancel gets the reply; a producer-resolved call gets an outcome, no reply."""
+    client = redis.Redis.from_url(server.url)
+    try:
+        requested, resolved = str(uuid.uuid4()), str(uuid.uuid4())
+        client.set(cancel_key(NS, requested), REQUESTED)
+        client.set(cancel_key(NS, resolved), RESOLVED)
+        for call_id, expected in (
+            (requested, Posted.POSTED),
+            (resolved, Posted.RESOLVED_BY_PRODUCER),
+        ):
+            reply = f"{NS}:reply:{call_id}"
+            assert post_outcome(client, NS, "w:1", call_id, reply, b"env", 60, 60) == expected
+            assert client.get(outcome_key(NS, call_id)) == b"env"
+            assert client.llen(reply) == (1 if expected == Posted.POSTED else 0)
+    finally:
+        client.close()
