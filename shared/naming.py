@@ -58,7 +58,7 @@ __all__ = [
     "inflight_key",
     "is_extension_function",
     "lane_key",
-    "lanes_cursor_key",
+    "lanes_active_key",
     "limits_key",
     "mcp_servers_key",
     "outcome_key",
@@ -348,9 +348,13 @@ def lane_key(namespace: str, queue: str, lane: int) -> str:
     return f"{namespace}:{queue}.lane.{lane}"
 
 
-def lanes_cursor_key(namespace: str, queue: str) -> str:
-    """The round-robin cursor of ``queue``'s lanes (the next lane the fetch looks at)."""
-    return f"{namespace}:{queue}.lanes.next"
+def lanes_active_key(namespace: str, queue: str) -> str:
+    """The rotation of ``queue``'s non-empty lanes: a list of lane numbers, each at most once.
+
+    The fetch takes the lane at its head and puts it back at the tail while the lane
+    still holds ids (:mod:`toolfleet.shared.tenancy.lanes`).
+    """
+    return f"{namespace}:{queue}.lanes-active"
 
 
 def limits_key(namespace: str) -> str:

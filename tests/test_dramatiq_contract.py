@@ -74,12 +74,14 @@ def _lanes(ns: str) -> list[str]:
 def _publish(broker: RedisBroker, request: ToolCallRequest | None = None) -> str:
     """Publish one request through the producer's Publisher; return its Redis message id."""
     request = request or _request()
+    lanes = _lanes(broker.namespace)
+    before = {redis_id for lane in lanes for redis_id in broker.client.lrange(lane, 0, -1)}
     Publisher(broker.client, broker.namespace).publish(QUEUE, request)
-    for lane in _lanes(broker.namespace):
-        ids = broker.client.lrange(lane, -1, -1)
-        if ids and broker.client.hexists(f"{broker.namespace}:{QUEUE}.msgs", ids[0]):
-            return str(ids[0].decode())
-    raise AssertionError("the request is on neither of its lanes")
+    added = {redis_id for lane in lanes for redis_id in broker.client.lrange(lane, 0, -1)}
+    added -= before
+    if len(added) != 1:
+        raise AssertionError("the request is on neither of its lanes")
+    return str(added.pop().decode())
 
 
 def test_dramatiq_is_the_pinned_version() -> None:

@@ -72,7 +72,8 @@ def test_a_batch_publish_sends_evalsha_alone_and_reads_no_breaker_of_a_tool_with
     finally:
         client.close()
     assert outcomes == [None] * 10
-    assert calls == {"evalsha": 10, "hset": 10, "llen": 10, "rpush": 20}
+    # rpush: the id on its lane, the token, and the lane's number on the lane rotation
+    assert calls == {"evalsha": 10, "hset": 10, "llen": 10, "rpush": 30}
 
 
 def test_an_account_s_quota_scopes_are_read_in_one_hmget_and_still_enforced(

@@ -6,7 +6,8 @@ quota (:mod:`.quotas`), or whose tool's breaker is open (:mod:`.breakers`: the p
 refuses fast, reading the state workers keep), is refused and nothing is written, and a
 call to a queue with
 lanes (:mod:`.lanes`) puts its id on the shorter of its account's two lanes and a
-:data:`~.lanes.TOKEN` on the queue list. Checking and enqueuing in one script makes the
+:data:`~.lanes.TOKEN` on the queue list (and the lane's number on the queue's lane
+rotation when the lane was empty). Checking and enqueuing in one script makes the
 quotas exact across any number of producer processes: no call is counted that was not
 published, and none is published that was not counted.
 """
@@ -20,7 +21,7 @@ from typing import Any
 from toolfleet.shared.naming import outcome_key, queue_key, queue_msgs_key, quota_key
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.tenancy.breakers import breaker_key, unavailable_content
-from toolfleet.shared.tenancy.lanes import TOKEN, lane_key, shard_for, uses_lanes
+from toolfleet.shared.tenancy.lanes import TOKEN, lane_key, lanes_active_key, shard_for, uses_lanes
 from toolfleet.shared.tenancy.quotas import limits_key, over_quota_content, quota_scopes
 from toolfleet.shared.wire import Status, ToolCallRequest, ToolCallResult
 
@@ -28,11 +29,14 @@ __all__ = ["ENQUEUE_SCRIPT", "QuotaDefaults", "Refused", "enqueue_call", "refuse
 
 
 #: KEYS: queue list, messages hash, limits hash, the function's breaker hash, then the
-#: account's two lanes (none: no lanes). ARGV: redis message id, body, now (ms), deadline
-#: (ms), call id, quota key prefix, outcome key prefix, default in_flight, per_s and burst
-#: (0: none), whether to read the breaker (``1``/``0``), then the call's scopes, the
-#: account's first. Returns 0 when enqueued, else ``{reason, scope, limit, retry after
-#: (ms)}`` (reason ``in_flight``, ``per_s`` or ``breaker``) and writes nothing.
+#: account's two lanes and the queue's lane rotation (none: no lanes). ARGV: redis message
+#: id, body, now (ms), deadline (ms), call id, quota key prefix, outcome key prefix,
+#: default in_flight, per_s and burst (0: none), whether to read the breaker (``1``/``0``),
+#: the numbers of the two lanes (``""``: no lanes), then the call's scopes, the account's
+#: first. A push that makes its lane non-empty appends the lane's number to the rotation
+#: (the invariant of :mod:`.lanes`). Returns 0 when enqueued, else ``{reason, scope,
+#: limit, retry after (ms)}`` (reason ``in_flight``, ``per_s`` or ``breaker``) and writes
+#: nothing.
 #:
 #: What it reads costs nothing when a feature is off: no breaker read for a tool without
 #: one, one ``HMGET`` for all of a call's quota scopes (none without an account), and the
@@ -53,19 +57,19 @@ local function number(value)
 end
 local taken = {}
 local raws = {}
-if #ARGV >= 12 then
+if #ARGV >= 14 then
     local fields = {}
-    for i = 12, #ARGV do fields[#fields + 1] = ARGV[i] end
+    for i = 14, #ARGV do fields[#fields + 1] = ARGV[i] end
     fields[#fields + 1] = "*"
     raws = redis.call("hmget", KEYS[3], unpack(fields))
 end
-for i = 12, #ARGV do
+for i = 14, #ARGV do
     local scope = ARGV[i]
-    local raw = raws[i - 11]
+    local raw = raws[i - 13]
     local quota = nil
     if raw then
         quota = cjson.decode(raw)
-    elseif i == 12 then
+    elseif i == 14 then
         raw = raws[#raws]
         if raw then
             quota = cjson.decode(raw)
@@ -117,11 +121,11 @@ for _, t in ipairs(taken) do
     end
 end
 redis.call("hset", KEYS[2], ARGV[1], ARGV[2])
-if #KEYS >= 6 then
-    local lane = KEYS[5]
+if #KEYS >= 7 then
+    local lane, number = KEYS[5], ARGV[12]
     local first = redis.call("llen", KEYS[5])
-    if first > 0 and redis.call("llen", KEYS[6]) < first then lane = KEYS[6] end
-    redis.call("rpush", lane, ARGV[1])
+    if first > 0 and redis.call("llen", KEYS[6]) < first then lane, number = KEYS[6], ARGV[13] end
+    if redis.call("rpush", lane, ARGV[1]) == 1 then redis.call("rpush", KEYS[7], number) end
     redis.call("rpush", KEYS[1], "%(token)s")
 else
     redis.call("rpush", KEYS[1], ARGV[1])
@@ -218,8 +222,11 @@ def enqueue_call(
         limits_key(namespace),
         breaker_key(namespace, function),
     ]
+    lanes: list[Any] = ["", ""]
     if uses_lanes(queue):
-        keys += [lane_key(namespace, queue, lane) for lane in shard_for(account)]
+        lanes = list(shard_for(account))
+        keys += [lane_key(namespace, queue, lane) for lane in lanes]
+        keys.append(lanes_active_key(namespace, queue))
     args: list[Any] = [
         redis_message_id,
         body,
@@ -232,6 +239,7 @@ def enqueue_call(
         defaults.per_s or 0,
         defaults.burst or 0,
         1 if breaker else 0,
+        *lanes,
         *quota_scopes(account, function),
     ]
     return keys, args

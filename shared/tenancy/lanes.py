@@ -7,8 +7,16 @@ Why lanes, and why this shape (on Dramatiq's Redis layout):
   calls therefore queues every other account behind it.
 - Each queue gets :data:`LANES` lane lists (``<ns>:<queue>.lane.<i>``) holding the
   message ids; the queue list itself holds one :data:`TOKEN` per message waiting in a
-  lane. A worker's fetch pops a token and then takes the head of the next non-empty lane
-  after a round-robin cursor, so every lane with work is served in turn.
+  lane. Beside them, ``<ns>:<queue>.lanes-active`` (the rotation) lists the numbers of
+  the non-empty lanes, each once: a push that makes a lane non-empty appends its number.
+  A worker's fetch pops a token, then the lane at the rotation's head, takes that lane's
+  head and appends the lane's number again if the lane still holds ids: every lane with
+  work is served in turn, and finding it costs O(1) commands however many lanes are
+  empty (scanning them cost up to :data:`LANES` lane pops). The invariant, kept
+  atomically by every script that pushes to or pops from a lane (the enqueue script and
+  the fetch; nothing else touches lanes): a lane is non-empty iff its number is in the
+  rotation exactly once. A stale number (its lane emptied behind the scripts' back) is
+  dropped; an empty rotation while a token waits is rebuilt from the lanes' lengths.
 - An account's calls go to the shorter of its two lanes (:func:`shard_for`: shuffle
   sharding, as in AWS's Route 53 design): a flood fills its own two lanes, and another
   account shares *both* of its lanes with it only with probability ``1 / C(16, 2)``
@@ -37,14 +45,14 @@ from __future__ import annotations
 
 import hashlib
 
-from toolfleet.shared.naming import lane_key, lanes_cursor_key
+from toolfleet.shared.naming import lane_key, lanes_active_key
 
 __all__ = [
     "LANES",
     "TOKEN",
     "lane_key",
     "lane_keys",
-    "lanes_cursor_key",
+    "lanes_active_key",
     "shard_for",
     "uses_lanes",
 ]

@@ -40,7 +40,7 @@ from dramatiq.message import Message
 from dramatiq.middleware import CurrentMessage, ShutdownNotifications
 
 from toolfleet.shared.naming import acks_key, broker_heartbeats_key, queue_key, queue_msgs_key
-from toolfleet.shared.tenancy.lanes import LANES, TOKEN, lane_key, lanes_cursor_key
+from toolfleet.shared.tenancy.lanes import TOKEN, lane_keys, lanes_active_key
 from toolfleet.worker.messaging.middleware import FleetMiddleware
 from toolfleet.worker.pipeline.ledger import InlineAck
 from toolfleet.worker.supervision.redis_factory import redis_client
@@ -229,44 +229,56 @@ def unusable(message: Message[Any], queue_name: str) -> str:
     return ""
 
 
-#: KEYS: queue list, this broker's acks set, messages hash, heartbeats, lane cursor. ARGV:
-#: count, broker id, now (ms), lane key prefix, lanes. Dramatiq's ``fetch`` (pop ids, add
-#: them to the acks set, read the bodies) and its heartbeat, returning ``{id, body or
-#: false, id, body or false, ...}``; a lane token popped from the queue list is replaced by
-#: the head of the next non-empty lane after the cursor (round-robin, see
-#: :mod:`toolfleet.shared.tenancy.lanes`). The batch's ids go to the acks set with one
-#: ``SADD`` and its bodies come back from one ``HMGET``; the cursor is read at the first
-#: lane token and written only when it moved.
+#: KEYS: queue list, this broker's acks set, messages hash, heartbeats, the lane rotation,
+#: then every lane, lane 0 first. ARGV: count, broker id, now (ms). Dramatiq's ``fetch``
+#: (pop ids, add them to the acks set, read the bodies) and its heartbeat, returning
+#: ``{id, body or false, id, body or false, ...}``; a lane token popped from the queue list
+#: is replaced by the head of the lane at the rotation's head, whose number goes back to
+#: the rotation's tail while the lane still holds ids (round robin over the non-empty
+#: lanes, O(1) commands per message; see :mod:`toolfleet.shared.tenancy.lanes`). A stale
+#: number (its lane empty) is dropped, at most one per lane per token; a rotation found
+#: empty while a token waits is rebuilt once per call from the lanes' lengths (only a
+#: broken invariant leads there, e.g. lanes filled by a version without the rotation).
+#: The batch's ids go to the acks set with one ``SADD`` and its bodies come back from one
+#: ``HMGET``.
 _FETCH_WITH_IDS = """
 redis.call("zadd", KEYS[4], ARGV[3], ARGV[2])
-local lanes = tonumber(ARGV[5])
-local cursor = nil
-local moved = false
+local lanes = #KEYS - 5
+local rebuilt = false
+local function from_lanes()
+    for _ = 0, lanes do
+        local number = redis.call("lpop", KEYS[5])
+        if not number then
+            if rebuilt then return false end
+            rebuilt = true
+            for lane = 0, lanes - 1 do
+                if redis.call("llen", KEYS[6 + lane]) > 0 then
+                    redis.call("rpush", KEYS[5], lane)
+                end
+            end
+            number = redis.call("lpop", KEYS[5])
+            if not number then return false end
+        end
+        local lane = tonumber(number)
+        local key = lane and lane >= 0 and lane < lanes and KEYS[6 + lane]
+        if key then
+            local id = redis.call("lpop", key)
+            if id then
+                if redis.call("llen", key) > 0 then redis.call("rpush", KEYS[5], lane) end
+                return id
+            end
+        end
+    end
+    return false
+end
 local ids = {}
 for i = 1, math.min(tonumber(ARGV[1]), 1000) do
     local id = redis.call("lpop", KEYS[1])
     if not id then break end
-    if id == "%(token)s" then
-        if cursor == nil then
-            cursor = tonumber(redis.call("get", KEYS[5]) or "0") % lanes
-        end
-        id = false
-        for step = 0, lanes - 1 do
-            local lane = (cursor + step) % lanes
-            id = redis.call("lpop", ARGV[4] .. lane)
-            if id then
-                cursor = (lane + 1) % lanes
-                moved = true
-                break
-            end
-        end
-    end
+    if id == "%(token)s" then id = from_lanes() end
     if id then
         ids[#ids + 1] = id
     end
-end
-if moved then
-    redis.call("set", KEYS[5], cursor)
 end
 local out = {}
 if #ids > 0 then
@@ -358,11 +370,11 @@ class FleetRedisBroker(RedisBroker):
             self._acks_key(queue_name),
             queue_msgs_key(self.namespace, queue_name),
             broker_heartbeats_key(self.namespace),
-            lanes_cursor_key(self.namespace, queue_name),
+            lanes_active_key(self.namespace, queue_name),
+            *lane_keys(self.namespace, queue_name),
         ]
-        lanes = lane_key(self.namespace, queue_name, 0)[:-1]
         now_ms = int(time.time() * 1000)
-        flat = self._fetch_script(keys, [count, self.broker_id, now_ms, lanes, LANES])
+        flat = self._fetch_script(keys, [count, self.broker_id, now_ms])
         pairs = []
         for i in range(0, len(flat), 2):
             redis_id = flat[i].decode() if isinstance(flat[i], bytes) else str(flat[i])

@@ -1,0 +1,172 @@
+"""Count the Redis commands a call costs through the account lanes (counts only, no timing).
+
+Starts a private ``redis-server`` and a fleet through the CLI (2 processes x 8 threads,
+the tests' echo tool), then runs 2,000 concurrent calls from 2 accounts (one ``dispatch``
+turn of 1,000 calls each, side by side) and 200 sequential calls, and prints the
+``INFO commandstats`` deltas of each phase per call (commands run inside scripts
+included), LPOP separately. Idle fleet traffic (blocking waits, heartbeats) is counted
+too; it is small next to 2,000 calls and the same before and after a change. A last
+phase of 200 more sequential calls runs under ``MONITOR`` to split the LPOPs by key
+(queue list, lane rotation, lanes, others such as reply lists).
+
+    .venv/bin/python bench/lane_commands.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import redis
+
+BENCH = Path(__file__).resolve().parent
+sys.path[:0] = [str(BENCH), str(BENCH.parent / "tests")]
+
+from _common import PrivateRedis, Procs, counters_delta, redis_counters  # noqa: E402
+
+from conftest import start_fleet  # noqa: E402
+from toolfleet.producer import ToolClient  # noqa: E402
+
+ECHO = "ext_fleet_test_echo"
+CONCURRENT = 1_000  # per account
+SEQUENTIAL = 200
+ACCOUNTS = ("A", "B")
+
+
+def _turn(client: ToolClient, account: str, out: list[dict[str, Any]]) -> None:
+    calls = [
+        {"id": f"call_{i}", "type": "function",
+         "function": {"name": ECHO, "arguments": json.dumps({"text": "x"})}}
+        for i in range(CONCURRENT)
+    ]  # fmt: skip
+    out.extend(client.dispatch(calls, context={"account": account}, timeout_s=300))
+
+
+def _per_call(delta: dict[str, Any], calls: int) -> dict[str, float]:
+    per = delta["per_command"]
+    return {
+        "calls": calls,
+        "commands_per_call": round(delta["total"] / calls, 2),
+        "incl_in_scripts_per_call": round(sum(per.values()) / calls, 2),
+        "lpop_per_call": round(per.get("lpop", 0) / calls, 2),
+        "llen_per_call": round(per.get("llen", 0) / calls, 2),
+        "rpush_per_call": round(per.get("rpush", 0) / calls, 2),
+        "evalsha_per_call": round(per.get("evalsha", 0) / calls, 2),
+    }
+
+
+class LpopCensus:
+    """LPOPs by key kind, read from ``MONITOR`` (slows Redis: counts only)."""
+
+    def __init__(self, url: str, namespace: str) -> None:
+        self.url = url
+        self.namespace = namespace
+        self.kinds: dict[str, int] = {}
+        self.fetches = 0
+        self._ready = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _kind(self, key: str) -> str:
+        if ".lane." in key:
+            return "lane"
+        if key.endswith(".lanes-active"):
+            return "rotation"
+        if key.startswith(f"{self.namespace}:tools.") and "." not in key.rsplit("-", 1)[-1]:
+            return "queue"
+        return "other"
+
+    def _run(self) -> None:
+        client = redis.Redis.from_url(self.url)
+        with client.monitor() as monitor:
+            self._ready.set()
+            while not self._stop.is_set():
+                parts = str(monitor.next_command()["command"]).split()
+                name = parts[0].lower() if parts else ""
+                if name == "zadd" and parts[1].endswith("__heartbeats__"):
+                    self.fetches += 1  # the fetch script's first command
+                if name == "lpop" and len(parts) > 1:
+                    kind = self._kind(parts[1])
+                    self.kinds[kind] = self.kinds.get(kind, 0) + 1
+        client.close()
+
+    def start(self) -> LpopCensus:
+        self._thread.start()
+        self._ready.wait(5)
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        waker = redis.Redis.from_url(self.url)
+        for _ in range(50):
+            waker.ping()
+            self._thread.join(0.1)
+            if not self._thread.is_alive():
+                break
+        waker.close()
+
+
+def main() -> None:
+    procs = Procs()
+    server = PrivateRedis(procs).start()
+    namespace = f"lanebench-{uuid.uuid4().hex[:6]}"
+    log = Path(tempfile.mkdtemp(prefix="lanebench-")) / "worker.log"
+    path = os.pathsep.join(
+        filter(None, [str(BENCH.parent / "tests"), os.environ.get("PYTHONPATH")])
+    )
+    fleet = start_fleet(
+        server.url, namespace, log, processes=2, threads=8, env={"PYTHONPATH": path}
+    )
+    r = server.client()
+    try:
+        with ToolClient(server.url, namespace=namespace) as warm:
+            for _ in range(20):
+                warm.call(ECHO, {"text": "w"}, context={"account": "A"})
+        results: dict[str, Any] = {}
+        clients = [ToolClient(server.url, namespace=namespace) for _ in ACCOUNTS]
+        answers: list[dict[str, Any]] = []
+        before = redis_counters(r)
+        threads = [
+            threading.Thread(target=_turn, args=(client, account, answers))
+            for client, account in zip(clients, ACCOUNTS, strict=True)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        delta = counters_delta(before, redis_counters(r))
+        assert len(answers) == CONCURRENT * len(ACCOUNTS)
+        results["concurrent"] = _per_call(delta, len(answers))
+        for client in clients:
+            client.close()
+        with ToolClient(server.url, namespace=namespace) as seq:
+            before = redis_counters(r)
+            for i in range(SEQUENTIAL):
+                seq.call(ECHO, {"text": "s"}, context={"account": ACCOUNTS[i % 2]})
+            delta = counters_delta(before, redis_counters(r))
+        results["sequential"] = _per_call(delta, SEQUENTIAL)
+        with ToolClient(server.url, namespace=namespace) as seq:
+            census = LpopCensus(server.url, namespace).start()
+            for i in range(SEQUENTIAL):
+                seq.call(ECHO, {"text": "m"}, context={"account": ACCOUNTS[i % 2]})
+            census.stop()
+        results["sequential_lpop_by_key_per_call"] = {
+            kind: round(n / SEQUENTIAL, 2) for kind, n in sorted(census.kinds.items())
+        }
+        results["sequential_fetch_scripts_per_call"] = round(census.fetches / SEQUENTIAL, 2)
+        print(json.dumps(results, indent=2))
+    finally:
+        r.close()
+        fleet.stop()
+        server.stop()
+        procs.stop_all()
+
+
+if __name__ == "__main__":
+    main()
