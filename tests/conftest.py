@@ -117,6 +117,19 @@ def enqueue_raw(r: redis.Redis, ns: str, request: object, queue: str = TEST_QUEU
     return redis_id
 
 
+@pytest.fixture
+def counting_server(tmp_path: Path) -> Iterator[Any]:
+    """A private redis-server on loopback (a ``private_redis.Server``), so that its
+    ``INFO commandstats`` counts are this test's alone (``private_redis.command_counts``)."""
+    from private_redis import start_tcp_server  # it imports this module
+
+    started = start_tcp_server(tmp_path)
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
 def delete_namespace(redis_url: str, ns: str) -> None:
     """Delete every key whose name starts with ``ns`` from the Redis at ``redis_url``."""
     client = redis.Redis.from_url(redis_url)

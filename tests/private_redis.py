@@ -86,3 +86,13 @@ def start_tcp_server(folder: Path, port: int | None = None) -> Server:
     port = port or free_port()
     args = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
     return start_server(folder, args, f"redis://127.0.0.1:{port}/0")
+
+
+def command_counts(client: redis.Redis) -> dict[str, int]:
+    """Calls per command name since the last ``CONFIG RESETSTAT`` (``INFO commandstats``:
+    commands run inside scripts included; the INFO and the RESETSTAT themselves excluded)."""
+    stats = client.info("commandstats")
+    counts = {name.removeprefix("cmdstat_"): int(row["calls"]) for name, row in stats.items()}
+    counts.pop("info", None)
+    counts.pop("config|resetstat", None)
+    return counts

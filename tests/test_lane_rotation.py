@@ -10,12 +10,11 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
 
-from private_redis import Server, start_tcp_server
+from private_redis import Server, command_counts
 from toolfleet.producer.publish import Publisher
 from toolfleet.shared.naming import brokers_key, lane_key, lanes_active_key
 from toolfleet.shared.tenancy.lanes import LANES, shard_for
@@ -28,19 +27,9 @@ NS = "tfrot"
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    """A private redis-server, so that its command counts are this test's alone."""
-    started = start_tcp_server(tmp_path)
-    try:
-        yield started
-    finally:
-        started.stop()
-
-
-@pytest.fixture
-def broker(server: Server) -> Iterator[FleetRedisBroker]:
+def broker(counting_server: Server) -> Iterator[FleetRedisBroker]:
     """A worker's broker on the private Redis."""
-    made = make_broker(server.url, NS)
+    made = make_broker(counting_server.url, NS)
     yield made
     made.client.close()
 
@@ -58,15 +47,6 @@ def _publish(client: redis.Redis, account: str) -> str:
     assert Publisher(client, NS).publish(QUEUE, request) is None
     (added,) = {i for lane in lanes for i in client.lrange(lane, 0, -1)} - before
     return str(added.decode())
-
-
-def _counts(client: redis.Redis) -> dict[str, int]:
-    """Calls per command since the last ``CONFIG RESETSTAT`` (INFO and RESETSTAT excluded)."""
-    stats = client.info("commandstats")
-    counts = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
-    counts.pop("info", None)
-    counts.pop("config|resetstat", None)
-    return counts
 
 
 def _assert_invariant(client: redis.Redis) -> None:
@@ -87,7 +67,7 @@ def test_a_fetch_pops_only_the_lanes_holding_messages(broker: FleetRedisBroker) 
     for _ in ids:
         r.config_resetstat()
         (pair,) = broker.fetch_with_ids(QUEUE, 1)
-        counts = _counts(r)
+        counts = command_counts(r)
         fetched.append(pair[0])
         assert counts["lpop"] == 3, counts
         in_script = {k: v for k, v in counts.items() if not k.startswith(("evalsha", "script"))}
@@ -113,11 +93,11 @@ def test_lanes_are_served_round_robin_whatever_their_depth(broker: FleetRedisBro
 
 
 def test_the_invariant_holds_after_a_dead_worker_s_messages_are_recovered(
-    broker: FleetRedisBroker, server: Server
+    broker: FleetRedisBroker, counting_server: Server
 ) -> None:
     """Recovery requeues a dead process's messages; the rotation still matches the lanes."""
     r = broker.client
-    dead = make_broker(server.url, NS)
+    dead = make_broker(counting_server.url, NS)
     try:
         ids = [_publish(r, account) for account in ("A", "B", "C", "A", "B", "C", "A")]
         held = [redis_id for redis_id, _ in dead.fetch_with_ids(QUEUE, 4)]
@@ -146,7 +126,9 @@ def test_a_stale_or_lost_rotation_is_skipped_or_rebuilt(broker: FleetRedisBroker
     r.config_resetstat()
     (pair,) = broker.fetch_with_ids(QUEUE, 1)
     assert pair[0] == a_ids[1]
-    assert _counts(r)["lpop"] == 5  # queue, stale entry and its lane, next entry and its lane
+    assert (
+        command_counts(r)["lpop"] == 5
+    )  # queue, stale entry and its lane, next entry and its lane
     _assert_invariant(r)
     r.delete(lanes_active_key(NS, QUEUE))  # the rotation lost, B's lane still full
     assert [redis_id for redis_id, _ in broker.fetch_with_ids(QUEUE, 3)] == [b_id]

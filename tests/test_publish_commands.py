@@ -5,14 +5,12 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import redis
 
 from conftest import start_fleet
-from private_redis import Server, start_tcp_server
+from private_redis import Server, command_counts
 from toolfleet.producer import AsyncToolClient, ToolClient
 from toolfleet.producer.publish import Publisher
 from toolfleet.shared import Status
@@ -22,25 +20,6 @@ from toolfleet.shared.wire import CallContext, ToolCallRequest
 QUEUE = "tools.counted"
 FUNCTION = "ext_counted_tool"
 ECHO = "ext_fleet_test_echo"
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    """A private redis-server, so that its command counts are this test's alone."""
-    started = start_tcp_server(tmp_path)
-    try:
-        yield started
-    finally:
-        started.stop()
-
-
-def _calls(client: redis.Redis) -> dict[str, int]:
-    """Calls per command name since the last ``CONFIG RESETSTAT`` (the INFO itself excluded)."""
-    stats = client.info("commandstats")
-    counts = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
-    counts.pop("info", None)
-    counts.pop("config|resetstat", None)
-    return counts
 
 
 def _request(account: str | None = None) -> ToolCallRequest:
@@ -58,17 +37,17 @@ def _request(account: str | None = None) -> ToolCallRequest:
 
 
 def test_a_batch_publish_sends_evalsha_alone_and_reads_no_breaker_of_a_tool_without_one(
-    server: Server,
+    counting_server: Server,
 ) -> None:
     """10 publishes in a pipeline: 10 ``EVALSHA``, no ``SCRIPT EXISTS``, no breaker read."""
-    client = redis.Redis.from_url(server.url)
+    client = redis.Redis.from_url(counting_server.url)
     try:
         publisher = Publisher(client, "tfcount")
         publisher.publish_many([(QUEUE, _request())], no_breaker={FUNCTION})  # loads the script
         client.config_resetstat()
         items = [(f"{QUEUE}-{i}", _request()) for i in range(10)]  # empty lanes
         outcomes = publisher.publish_many(items, no_breaker={FUNCTION})
-        calls = _calls(client)
+        calls = command_counts(client)
     finally:
         client.close()
     assert outcomes == [None] * 10
@@ -77,10 +56,10 @@ def test_a_batch_publish_sends_evalsha_alone_and_reads_no_breaker_of_a_tool_with
 
 
 def test_an_account_s_quota_scopes_are_read_in_one_hmget_and_still_enforced(
-    server: Server,
+    counting_server: Server,
 ) -> None:
     """An account's quota fields are one ``HMGET``; a quota set just before applies at once."""
-    client = redis.Redis.from_url(server.url)
+    client = redis.Redis.from_url(counting_server.url)
     try:
         publisher = Publisher(client, "tfcount")
         assert publisher.publish(QUEUE, _request("acme")) is None
@@ -88,7 +67,7 @@ def test_an_account_s_quota_scopes_are_read_in_one_hmget_and_still_enforced(
         client.config_resetstat()
         first = publisher.publish(QUEUE, _request("acme"))
         second = publisher.publish(QUEUE, _request("acme"))
-        calls = _calls(client)
+        calls = command_counts(client)
     finally:
         client.close()
     assert first is None
@@ -98,34 +77,34 @@ def test_an_account_s_quota_scopes_are_read_in_one_hmget_and_still_enforced(
 
 
 def test_a_flushed_script_is_loaded_again_and_calls_still_succeed(
-    server: Server, tmp_path: Path
+    counting_server: Server, tmp_path: Path
 ) -> None:
     """Calls send no ``SCRIPT EXISTS``; after ``SCRIPT FLUSH`` the script is loaded, calls ok."""
     ns = f"tfcount-{uuid.uuid4().hex[:6]}"
-    fleet = start_fleet(server.url, ns, tmp_path / "fleet.log", processes=1, threads=2)
-    admin = redis.Redis.from_url(server.url)
+    fleet = start_fleet(counting_server.url, ns, tmp_path / "fleet.log", processes=1, threads=2)
+    admin = redis.Redis.from_url(counting_server.url)
     try:
-        with ToolClient(server.url, namespace=ns) as client:
+        with ToolClient(counting_server.url, namespace=ns) as client:
             assert client.call(ECHO, {"text": "warm"}).status is Status.OK
             admin.config_resetstat()
             for i in range(5):
                 assert client.call(ECHO, {"text": str(i)}).status is Status.OK
-            steady = _calls(admin)
+            steady = command_counts(admin)
             admin.script_flush()
             admin.config_resetstat()
             assert client.call(ECHO, {"text": "again"}).status is Status.OK
-            sync_flushed = _calls(admin)
+            sync_flushed = command_counts(admin)
 
         async def main() -> tuple[Status, dict[str, int], dict[str, int]]:
-            async with AsyncToolClient(server.url, namespace=ns) as aclient:
+            async with AsyncToolClient(counting_server.url, namespace=ns) as aclient:
                 assert (await aclient.call(ECHO, {"text": "warm"})).status is Status.OK
                 admin.config_resetstat()
                 await asyncio.gather(*(aclient.call(ECHO, {"text": str(i)}) for i in range(5)))
-                async_steady = _calls(admin)
+                async_steady = command_counts(admin)
                 admin.script_flush()
                 admin.config_resetstat()
                 result = await aclient.call(ECHO, {"text": "after flush"})
-                return result.status, async_steady, _calls(admin)
+                return result.status, async_steady, command_counts(admin)
 
         async_status, async_steady, async_flushed = asyncio.run(main())
     finally:

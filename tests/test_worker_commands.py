@@ -5,14 +5,13 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import dramatiq
 import pytest
 import redis
 from dramatiq.broker import MessageProxy
 
-from private_redis import Server, start_unix_server
+from private_redis import Server, command_counts
 from toolfleet.producer.publish import Publisher
 from toolfleet.shared.cancels import REQUESTED, RESOLVED
 from toolfleet.shared.naming import actor_name_for, cancel_key, outcome_key
@@ -25,17 +24,9 @@ NS = "tfcommands"
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    """A redis-server of this test's own, so its command counts are this test's alone."""
-    started = start_unix_server(tmp_path)
-    yield started
-    started.stop()
-
-
-@pytest.fixture
-def broker(server: Server) -> Iterator[FleetRedisBroker]:
+def broker(counting_server: Server) -> Iterator[FleetRedisBroker]:
     """A fleet broker on the private server, with the queue's actor declared."""
-    made = make_broker(server.url, NS)
+    made = make_broker(counting_server.url, NS)
     dramatiq.actor(actor_name=actor_name_for(QUEUE), queue_name=QUEUE, broker=made)(print)
     yield made
     made.client.close()
@@ -54,24 +45,14 @@ def _request() -> ToolCallRequest:
     )
 
 
-def _counts(client: redis.Redis) -> dict[str, int]:
-    """Calls per command name since the last CONFIG RESETSTAT (scripts' commands included)."""
-    stats = client.info("commandstats")
-    return {name.removeprefix("cmdstat_"): int(row["calls"]) for name, row in stats.items()}
-
-
-def _reset(client: redis.Redis) -> None:
-    client.config_resetstat()
-
-
 def test_a_batch_of_bodies_is_read_with_one_hmget(broker: FleetRedisBroker) -> None:
     """One fetch of three messages reads their bodies with one HMGET and acks them with one SADD."""
     publisher = Publisher(broker.client, NS)
     for _ in range(3):
         publisher.publish(QUEUE, _request())
-    _reset(broker.client)
+    broker.client.config_resetstat()
     pairs = broker.fetch_with_ids(QUEUE, 4)
-    counts = _counts(broker.client)
+    counts = command_counts(broker.client)
     assert len(pairs) == 3 and all(body is not None for _, body in pairs)
     assert counts.get("hmget") == 1
     assert "hget" not in counts
@@ -95,9 +76,9 @@ def test_a_short_batch_is_followed_by_a_wait_not_a_fetch(broker: FleetRedisBroke
     consumer = broker.consume(QUEUE, prefetch=8, timeout=1000)
     Publisher(broker.client, NS).publish(QUEUE, _request())
     assert isinstance(next(consumer), MessageProxy)
-    _reset(broker.client)
+    broker.client.config_resetstat()
     assert next(consumer) is None  # the queue is empty: one blocking wait, timed out
-    counts = _counts(broker.client)
+    counts = command_counts(broker.client)
     assert counts.get("blmove") == 1
     assert "evalsha" not in counts and "eval" not in counts
     consumer.close()
@@ -111,24 +92,24 @@ def test_a_call_published_during_the_wait_is_fetched_next(broker: FleetRedisBrok
     assert isinstance(next(consumer), MessageProxy)
     request = _request()
     publisher.publish(QUEUE, request)
-    _reset(broker.client)
+    broker.client.config_resetstat()
     proxy = next(consumer)  # the wait sees the non-empty queue; the fetch takes the call
     assert isinstance(proxy, MessageProxy)
     assert request.id in proxy.args[0]
-    counts = _counts(broker.client)
+    counts = command_counts(broker.client)
     assert counts.get("blmove") == 1 and counts.get("evalsha") == 1
     consumer.close()
 
 
-def test_the_finish_script_claims_the_outcome_with_one_set_nx(server: Server) -> None:
+def test_the_finish_script_claims_the_outcome_with_one_set_nx(counting_server: Server) -> None:
     """Posting an outcome runs one SET NX, no EXISTS; a second post finds it and writes nothing."""
-    client = redis.Redis.from_url(server.url)
+    client = redis.Redis.from_url(counting_server.url)
     try:
         call_id = str(uuid.uuid4())
         reply = f"{NS}:reply:{call_id}"
-        _reset(client)
+        client.config_resetstat()
         first = post_outcome(client, NS, "w:1", call_id, reply, b"first", 60, 60)
-        counts = _counts(client)
+        counts = command_counts(client)
         assert first == Posted.POSTED
         assert counts.get("set") == 1 and "exists" not in counts
         second = post_outcome(client, NS, "w:1", call_id, reply, b"second", 60, 60)
@@ -140,9 +121,9 @@ def test_the_finish_script_claims_the_outcome_with_one_set_nx(server: Server) ->
         client.close()
 
 
-def test_the_finish_script_keeps_the_resolved_marker_rule(server: Server) -> None:
+def test_the_finish_script_keeps_the_resolved_marker_rule(counting_server: Server) -> None:
     """A requested cancel gets the reply; a producer-resolved call gets an outcome, no reply."""
-    client = redis.Redis.from_url(server.url)
+    client = redis.Redis.from_url(counting_server.url)
     try:
         requested, resolved = str(uuid.uuid4()), str(uuid.uuid4())
         client.set(cancel_key(NS, requested), REQUESTED)
