@@ -21,6 +21,7 @@ Redis keys (``ns`` is the namespace, default ``toolfleet``)::
     <ns>:events                  stream of lifecycle events (capped)
     <ns>:mcp_servers             hash: worker id -> its MCP sessions' states (JSON, with "at")
     <ns>:slots                   hash: slot queue -> the queue it stands in for (affinity)
+    <ns>:worker_info             hash: worker id -> what its last heartbeat said (JSON)
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ __all__ = [
     "slots_key",
     "switches_key",
     "tool_name_for",
+    "worker_info_key",
     "workers_key",
 ]
 
@@ -189,6 +191,11 @@ def catalog_recovering_key(namespace: str) -> str:
 def workers_key(namespace: str, queue: str) -> str:
     """The sorted set of live workers serving ``queue`` (score: last heartbeat, epoch s)."""
     return f"{namespace}:workers:{queue}"
+
+
+def worker_info_key(namespace: str) -> str:
+    """The hash of worker processes' last heartbeats: worker id -> ``WorkerInfo`` JSON."""
+    return f"{namespace}:worker_info"
 
 
 def queue_msgs_key(namespace: str, queue: str) -> str:

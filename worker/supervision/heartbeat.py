@@ -6,7 +6,10 @@ when no live worker serves a function's queue.
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
+import socket
 import threading
 import time
 import uuid
@@ -26,8 +29,10 @@ from toolfleet.shared.naming import (
     catalog_recovering_key,
     extension_errors_key,
     mcp_servers_key,
+    worker_info_key,
     workers_key,
 )
+from toolfleet.shared.worker_info import WorkerInfo, parse_worker_infos, stale_ids
 from toolfleet.worker.messaging.maintenance import run_maintenance
 from toolfleet.worker.messaging.slots import SlotJanitor
 from toolfleet.worker.registry.registry import Registry
@@ -55,6 +60,7 @@ class CatalogPublisher:
             dead for ``heartbeat_timeout`` back to their queue.
         janitor: registers this process's slot queues every beat and, with the
             maintenance, hands back the calls of slots that are gone (session affinity).
+        threads: this process's worker threads (said in its :class:`WorkerInfo`).
     """
 
     def __init__(
@@ -68,8 +74,12 @@ class CatalogPublisher:
         worker_ttl_s: float,
         broker: RedisBroker | None = None,
         janitor: SlotJanitor | None = None,
+        threads: int = 0,
     ) -> None:
         self.client = client
+        self.threads = threads
+        self._rtt_ms: float | None = None
+        self._supervisor = f"{socket.gethostname()}:{os.getppid()}"
         self.janitor = janitor
         self.namespace = namespace
         self.registry = registry
@@ -136,16 +146,41 @@ class CatalogPublisher:
                 broker_heartbeats_key(self.namespace), {self.broker.broker_id: int(now * 1000)}
             )
             pipe.hset(brokers_key(self.namespace), self.worker_id, self.broker.broker_id)
+        pipe.hset(worker_info_key(self.namespace), self.worker_id, self._info(now))
+        sent = time.perf_counter()
         replies = pipe.execute()
+        self._rtt_ms = (time.perf_counter() - sent) * 1000
         self._epoch = _text(replies[0])
         self._remembered = sorted(_text(name) for name in replies[names_at])
         self.registry.switches.refresh(self.client)
         self._beats += 1
+        if self._beats % 5 == 0:
+            self._prune_infos(now)
         if self.broker is not None and self._beats % 5 == 0:
             for queue in self.queues:
                 run_maintenance(self.broker, queue)
             if self.janitor is not None:
                 self.janitor.sweep(self.broker)
+
+    def _info(self, now: float) -> str:
+        return WorkerInfo(
+            worker_id=self.worker_id,
+            supervisor=self._supervisor,
+            at=now,
+            queues=tuple(self.queues),
+            threads=self.threads,
+            version=_version(),
+            rtt_ms=None if self._rtt_ms is None else round(self._rtt_ms, 3),
+        ).model_dump_json()
+
+    def _prune_infos(self, now: float) -> None:
+        """Remove the worker info of processes that stopped beating (a killed one never
+        withdraws): one ``HGETALL`` every 5th beat, over about one field per live process."""
+        key = worker_info_key(self.namespace)
+        raw: Any = self.client.hgetall(key)
+        gone = stale_ids(parse_worker_infos(raw), now, self.worker_ttl_s)
+        if gone:
+            self.client.hdel(key, *gone)
 
     def withdraw(self) -> None:
         """Remove this worker from every queue's live set and its error report (on shutdown)."""
@@ -154,6 +189,7 @@ class CatalogPublisher:
             pipe.zrem(workers_key(self.namespace, queue), self.worker_id)
         pipe.hdel(mcp_servers_key(self.namespace), self.worker_id)
         pipe.hdel(extension_errors_key(self.namespace), self.worker_id)
+        pipe.hdel(worker_info_key(self.namespace), self.worker_id)
         pipe.execute()
 
     def start(self) -> None:
@@ -175,6 +211,17 @@ class CatalogPublisher:
                 self.publish()
             except redis.RedisError as exc:
                 log.warning("catalog heartbeat failed: %s", exc)
+
+
+@functools.cache
+def _version() -> str:
+    """The installed toolfleet distribution's version ("" when it is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("toolfleet")
+    except PackageNotFoundError:
+        return ""
 
 
 def _text(value: Any) -> str:

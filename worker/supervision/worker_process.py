@@ -174,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         settings.worker_ttl_s,
         broker=broker,
         janitor=janitor,
+        threads=args.threads,
     )
     cancels = CancelListener(redis_url, settings.namespace, pipeline, factory=factory)
     worker = dramatiq.Worker(broker, queues=queues | set(routes), worker_threads=args.threads)
