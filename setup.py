@@ -11,6 +11,7 @@ ROOTS = {
     "producer": "toolfleet.producer",
     "worker": "toolfleet.worker",
     "extensions": "toolfleet.extensions",
+    "ui": "toolfleet.ui",
 }
 
 package_dir: dict[str, str] = {}

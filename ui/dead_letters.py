@@ -1,0 +1,121 @@
+"""Dead letters: what Dramatiq's dead-letter set of a queue holds, and an operator's retry.
+
+Dramatiq keeps a queue's dead letters in the sorted set ``<ns>:<queue>.XQ`` (message id
+-> when it died, epoch ms) and their bodies in the hash ``<ns>:<queue>.XQ.msgs``
+(:func:`toolfleet.shared.naming.dead_letters_key`); its maintenance drops them after a
+week. Retrying takes the message out of both (only the first of two operators clicking
+at once gets it) and publishes its request again through the producer's enqueue script,
+quotas included, as a *new call*: a fresh call id (the old one already has an outcome,
+so a worker would only re-post it) and a fresh deadline of the request's own
+``timeout_s`` from now (the old deadline has passed, and a worker answers such a call
+``expired`` without running it). Its reply goes to the original ``reply_to`` list, where
+no producer waits for the new id any more: the retry is for the tool's side effects and
+for the operator, who finds the new call by its id on the failures page.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import redis
+
+from toolfleet.producer.publish import Publisher
+from toolfleet.shared import codec
+from toolfleet.shared.naming import dead_letters_key
+from toolfleet.shared.wire import ToolCallRequest, new_call_id
+
+__all__ = ["DeadLetter", "RetryRefused", "delete_dead_letter", "parse_dead_letter", "retry"]
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One dead-lettered message.
+
+    Attributes:
+        queue: its queue.
+        redis_id: its Dramatiq Redis id (the ``.XQ`` member).
+        call_id: the request id it carries ("" when the body is not a tool call).
+        function: the function called ("" when unknown).
+        account: the call's account.
+        problem: why it cannot be retried ("" when it can).
+    """
+
+    queue: str
+    redis_id: str
+    call_id: str
+    function: str
+    account: str | None
+    problem: str = ""
+
+
+class RetryRefused(Exception):
+    """A dead letter could not be retried; the message says why (shown to the operator)."""
+
+
+def _request(body: bytes | str | None) -> ToolCallRequest:
+    if body is None:
+        raise RetryRefused("the message is gone (retried or deleted meanwhile)")
+    try:
+        message = codec.loads(body)
+        return ToolCallRequest.model_validate_json(message["args"][0])
+    except (codec.DecodeError, KeyError, IndexError, TypeError, ValueError) as exc:
+        raise RetryRefused(f"not a tool call toolfleet can read: {str(exc)[:120]}") from exc
+
+
+def parse_dead_letter(queue: str, redis_id: str, body: bytes | str | None) -> DeadLetter:
+    """Describe one dead letter from its body (a Dramatiq message carrying a request)."""
+    try:
+        request = _request(body)
+    except RetryRefused as exc:
+        return DeadLetter(queue, redis_id, "", "", None, problem=str(exc))
+    return DeadLetter(queue, redis_id, request.id, request.function, request.context.account)
+
+
+def retry(client: redis.Redis, namespace: str, queue: str, redis_id: str) -> str:
+    """Publish dead letter ``redis_id`` of ``queue`` again as a new call; its new call id.
+
+    Raises:
+        RetryRefused: it is gone, or not a tool call (then it stays where it was).
+        redis.RedisError: Redis failed (a message taken out is put back when possible).
+    """
+    key = dead_letters_key(namespace, queue)
+    pipe = client.pipeline(transaction=True)
+    pipe.zscore(key, redis_id)
+    pipe.hget(key + ".msgs", redis_id)
+    died, body = pipe.execute()
+    request = _request(body)  # a body that is not a tool call stays
+    if not client.zrem(key, redis_id):
+        raise RetryRefused("the message is gone (retried or deleted meanwhile)")
+    client.hdel(key + ".msgs", redis_id)
+    fresh = request.model_copy(
+        update={"id": new_call_id(), "deadline": time.time() + request.timeout_s}
+    )
+    try:
+        refused = Publisher(client, namespace).publish(queue, fresh)
+    except redis.RedisError:
+        _put_back(client, key, redis_id, body, died)
+        raise
+    if refused is not None:
+        _put_back(client, key, redis_id, body, died)
+        raise RetryRefused(f"refused by the fleet: {refused.message}")
+    return fresh.id
+
+
+def _put_back(
+    client: redis.Redis, key: str, redis_id: str, body: bytes | str | None, died: float | None
+) -> None:
+    pipe = client.pipeline(transaction=True)
+    pipe.hset(key + ".msgs", redis_id, body or b"")
+    pipe.zadd(key, {redis_id: died or time.time() * 1000})
+    pipe.execute()
+
+
+def delete_dead_letter(client: redis.Redis, namespace: str, queue: str, redis_id: str) -> bool:
+    """Remove dead letter ``redis_id`` of ``queue``; False when it was already gone."""
+    key = dead_letters_key(namespace, queue)
+    pipe = client.pipeline(transaction=True)
+    pipe.zrem(key, redis_id)
+    pipe.hdel(key + ".msgs", redis_id)
+    removed, _ = pipe.execute()
+    return bool(removed)

@@ -1,0 +1,364 @@
+"""One read of the fleet for the ops page: a :class:`Snapshot`, from a bounded set of reads.
+
+Everything comes from what the fleet keeps in Redis: the catalog, heartbeats and worker
+infos, the switches, limits and breakers, the queues' heads, the dead-letter sets, the
+tail of the events stream and the per-minute aggregates (:mod:`toolfleet.ui.activity`).
+Nothing is remembered between reads, so a restarted ``ui`` process shows the same
+numbers, and nothing is scanned: the commands one read sends depend on how many queues,
+functions and worker processes the fleet has, never on how many calls it ran (the
+figures are in ``docs/ui.md``). Three pipelined round trips:
+
+1. catalog, switches, limits, worker infos and the events tail;
+2. per queue: live workers, depth, dead letters (the newest :data:`DEAD_LETTERS_SHOWN`
+   ids), the head of each lane (``oldest.lua``); per function: breaker and held
+   concurrency slots; per worker: calls in flight; the aggregates;
+3. the bodies of the dead letters shown (one ``HMGET`` per queue that has any).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from toolfleet.shared import codec
+from toolfleet.shared.catalog import CatalogEntry
+from toolfleet.shared.naming import (
+    catalog_key,
+    concurrency_key,
+    dead_letters_key,
+    events_key,
+    inflight_key,
+    queue_key,
+    queue_msgs_key,
+    switches_key,
+    worker_info_key,
+    workers_key,
+)
+from toolfleet.shared.tenancy.breakers import breaker_key
+from toolfleet.shared.tenancy.lanes import lane_keys, uses_lanes
+from toolfleet.shared.tenancy.quotas import Quota, limits_key
+from toolfleet.shared.worker_info import WorkerInfo, parse_worker_infos
+from toolfleet.ui.activity import Activity, ToolActivity, activity_from, queue_activity_reads
+from toolfleet.ui.dead_letters import DeadLetter, parse_dead_letter
+
+__all__ = [
+    "DEAD_LETTERS_SHOWN",
+    "EVENTS_READ",
+    "Breaker",
+    "Failure",
+    "QueueState",
+    "Snapshot",
+    "WorkerState",
+    "read_snapshot",
+]
+
+#: Newest events read per refresh (the failures page searches these).
+EVENTS_READ = 500
+#: Newest dead letters shown per queue.
+DEAD_LETTERS_SHOWN = 20
+#: The statuses the failures page lists.
+FAILURE_STATUSES = frozenset({"tool_error", "timeout", "crashed"})
+
+_OLDEST = Path(__file__).with_name("oldest.lua").read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """One queue now.
+
+    Attributes:
+        name: the Dramatiq queue name.
+        depth: calls it holds (waiting, prefetched and running: Dramatiq's ``.msgs``).
+        waiting: entries on the queue list (ids, or one token per call waiting in a lane).
+        oldest_age_s: seconds since the oldest waiting call was sent (None: none waits).
+        lanes: calls waiting per lane, lane 0 first (empty for a queue without lanes).
+        dead_letters: dead-lettered messages.
+        live_workers: worker processes that beat within the worker TTL.
+    """
+
+    name: str
+    depth: int
+    waiting: int
+    oldest_age_s: float | None
+    lanes: tuple[int, ...]
+    dead_letters: int
+    live_workers: int
+
+    @property
+    def busy_lanes(self) -> int:
+        """Lanes holding at least one call."""
+        return sum(1 for n in self.lanes if n)
+
+
+@dataclass(frozen=True)
+class WorkerState:
+    """One worker process: its last heartbeat and the calls it runs now."""
+
+    info: WorkerInfo
+    heartbeat_age_s: float
+    in_flight: int
+    live: bool
+
+
+@dataclass(frozen=True)
+class Breaker:
+    """A function's breaker and concurrency slots (only non-trivial ones are listed)."""
+
+    function: str
+    state: str
+    failures: int
+    next_probe_in_s: float | None
+    slots_held: int
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A recent failed call, from a ``tool_responded`` event (secrets already redacted)."""
+
+    id: str
+    function: str
+    account: str | None
+    status: str
+    error: str
+    worker: str
+    at: float
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The fleet at ``taken_at`` (Unix epoch seconds), as every page shows it."""
+
+    taken_at: float
+    namespace: str
+    queues: tuple[QueueState, ...]
+    workers: tuple[WorkerState, ...]
+    catalog: tuple[CatalogEntry, ...]
+    switches: dict[str, str]
+    declared_switches: dict[str, bool]
+    quotas: dict[str, Quota]
+    breakers: tuple[Breaker, ...]
+    failures: tuple[Failure, ...]
+    dead_letters: tuple[DeadLetter, ...]
+    activity: Activity
+
+    @property
+    def verdict(self) -> tuple[str, str]:
+        """``(level, sentence)``: ``ok``, ``warn`` or ``bad`` and why, the worst first."""
+        if not self.catalog:
+            return "warn", "no tools catalogued: no worker has published yet"
+        unserved = [q.name for q in self.queues if q.depth and not q.live_workers]
+        if unserved:
+            return "bad", f"calls wait on {', '.join(unserved)} with no live worker"
+        stale = [q.name for q in self.queues if (q.oldest_age_s or 0) > 60]
+        if stale:
+            return "warn", f"a call has waited over 60 s on {', '.join(stale)}"
+        opened = [b.function for b in self.breakers if b.state != "closed"]
+        if opened:
+            return "warn", f"breaker open for {', '.join(opened)}"
+        if any(q.dead_letters for q in self.queues):
+            return "warn", "dead letters are waiting for an operator"
+        return "ok", "every queue is served and nothing waits long"
+
+    @property
+    def queues_worst_first(self) -> list[QueueState]:
+        """Queues by how bad they look: unserved, then oldest waiting call, then depth."""
+        return sorted(
+            self.queues,
+            key=lambda q: (bool(q.depth and not q.live_workers), q.oldest_age_s or 0, q.depth),
+            reverse=True,
+        )
+
+    def tool(self, name: str) -> ToolActivity | None:
+        """The aggregates of function ``name`` (None when it ran no call in the window)."""
+        return self.activity.tools.get(name)
+
+
+def read_snapshot(
+    client: redis.Redis,
+    namespace: str,
+    *,
+    worker_ttl_s: float = 10.0,
+    now: float | None = None,
+) -> Snapshot:
+    """Read the fleet once (three pipelined round trips; see the module docstring).
+
+    Args:
+        client: a Redis client of the fleet.
+        namespace: the fleet's key prefix.
+        worker_ttl_s: a worker that has not beaten for this many seconds is not live.
+        now: the current time, Unix epoch seconds (default: the clock).
+
+    Raises:
+        redis.RedisError: Redis failed.
+    """
+    now = time.time() if now is None else now
+    first = client.pipeline(transaction=False)
+    first.hgetall(catalog_key(namespace))
+    first.hgetall(switches_key(namespace))
+    first.hgetall(limits_key(namespace))
+    first.hgetall(worker_info_key(namespace))
+    first.xrevrange(events_key(namespace), count=EVENTS_READ)
+    raw_catalog, raw_switches, raw_limits, raw_infos, raw_events = first.execute()
+    catalog = _catalog(raw_catalog)
+    queues = sorted({entry.queue for entry in catalog})
+    functions = sorted(entry.name for entry in catalog)
+    infos = parse_worker_infos(raw_infos)
+
+    second = client.pipeline(transaction=False)
+    oldest = client.register_script(_OLDEST)
+    for queue in queues:
+        second.zcount(workers_key(namespace, queue), now - worker_ttl_s, "+inf")
+        second.hlen(queue_msgs_key(namespace, queue))
+        second.zcard(dead_letters_key(namespace, queue))
+        second.zrevrange(dead_letters_key(namespace, queue), 0, DEAD_LETTERS_SHOWN - 1)
+        lanes = lane_keys(namespace, queue) if uses_lanes(queue) else []
+        oldest(keys=[queue_key(namespace, queue), queue_msgs_key(namespace, queue), *lanes],
+               client=second)  # fmt: skip
+    for function in functions:
+        second.hgetall(breaker_key(namespace, function))
+        second.zcount(concurrency_key(namespace, function), int(now * 1000), "+inf")
+    for info in infos:
+        second.hlen(inflight_key(namespace, info.worker_id))
+    activity_at = len(second.command_stack)
+    queue_activity_reads(second, namespace, functions, now)
+    values: list[Any] = second.execute()
+    activity = activity_from(values[activity_at:], raw_events, functions, now)
+
+    queue_states, dead_ids = _queues(queues, values, now)
+    rest = values[5 * len(queues) :]
+    breakers = _breakers(functions, rest[: 2 * len(functions)], now)
+    in_flight = rest[2 * len(functions) : 2 * len(functions) + len(infos)]
+
+    third = client.pipeline(transaction=False)
+    shown = [(queue, ids) for queue, ids in dead_ids if ids]
+    for queue, ids in shown:
+        third.hmget(dead_letters_key(namespace, queue) + ".msgs", ids)
+    bodies: list[Any] = third.execute() if shown else []
+    dead: list[DeadLetter] = []
+    for (queue, ids), found in zip(shown, bodies, strict=True):
+        for redis_id, body in zip(ids, found, strict=True):
+            dead.append(parse_dead_letter(queue, redis_id, body))
+
+    workers = tuple(
+        WorkerState(info, max(0.0, now - info.at), int(n), now - info.at <= worker_ttl_s)
+        for info, n in zip(infos, in_flight, strict=True)
+    )
+    return Snapshot(
+        taken_at=now,
+        namespace=namespace,
+        queues=tuple(queue_states),
+        workers=workers,
+        catalog=tuple(catalog),
+        switches={_text(k): _text(v) for k, v in raw_switches.items()},
+        declared_switches=_declared(catalog),
+        quotas=_quotas(raw_limits),
+        breakers=tuple(breakers),
+        failures=tuple(_failures(raw_events)),
+        dead_letters=tuple(dead),
+        activity=activity,
+    )
+
+
+def _catalog(raw: dict[bytes, bytes]) -> list[CatalogEntry]:
+    entries = []
+    for value in raw.values():
+        try:
+            entries.append(CatalogEntry.model_validate(codec.loads(value)))
+        except (codec.DecodeError, ValueError):
+            continue
+    return sorted(entries, key=lambda entry: entry.name)
+
+
+def _queues(
+    queues: list[str], values: list[Any], now: float
+) -> tuple[list[QueueState], list[tuple[str, list[str]]]]:
+    states = []
+    dead_ids = []
+    for i, queue in enumerate(queues):
+        live, depth, dead, ids, heads = values[5 * i : 5 * i + 5]
+        sent_ms = int(heads[1])
+        states.append(
+            QueueState(
+                name=queue,
+                depth=int(depth),
+                waiting=int(heads[0]),
+                oldest_age_s=None if sent_ms < 0 else max(0.0, now - sent_ms / 1000),
+                lanes=tuple(int(n) for n in heads[2:]),
+                dead_letters=int(dead),
+                live_workers=int(live),
+            )
+        )
+        dead_ids.append((queue, [_text(x) for x in ids]))
+    return states, dead_ids
+
+
+def _breakers(functions: list[str], values: list[Any], now: float) -> list[Breaker]:
+    found = []
+    for i, function in enumerate(functions):
+        state: dict[bytes, bytes] = values[2 * i]
+        held = int(values[2 * i + 1])
+        name = state.get(b"state", b"closed").decode()
+        if name == "closed" and not held and not state.get(b"failures"):
+            continue
+        until = float(state.get(b"until", b"0") or 0)
+        found.append(
+            Breaker(
+                function=function,
+                state=name,
+                failures=int(float(state.get(b"failures", b"0") or 0)),
+                next_probe_in_s=max(0.0, until / 1000 - now) if name != "closed" else None,
+                slots_held=held,
+            )
+        )
+    return found
+
+
+def _failures(rows: list[Any]) -> list[Failure]:
+    found = []
+    for _id, fields in rows:
+        try:
+            event = codec.loads(fields[b"event"])
+        except (KeyError, codec.DecodeError):
+            continue
+        if not isinstance(event, dict) or event.get("kind") != "tool_responded":
+            continue
+        if event.get("status") not in FAILURE_STATUSES:
+            continue
+        found.append(
+            Failure(
+                id=str(event.get("id", "")),
+                function=str(event.get("function", "")),
+                account=event.get("account"),
+                status=str(event.get("status")),
+                error=str(event.get("error") or ""),
+                worker=str(event.get("worker", "")),
+                at=float(event.get("at") or 0),
+            )
+        )
+    return found
+
+
+def _declared(catalog: list[CatalogEntry]) -> dict[str, bool]:
+    declared: dict[str, bool] = {}
+    for entry in catalog:
+        for switch in entry.switches:
+            declared[switch.name] = switch.default
+    return declared
+
+
+def _quotas(raw: dict[bytes, bytes]) -> dict[str, Quota]:
+    found = {}
+    for scope, data in sorted(raw.items()):
+        try:
+            found[_text(scope)] = Quota.model_validate_json(data)
+        except ValueError:
+            continue
+    return found
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,207 @@
+"""What each page shows, from a :class:`~toolfleet.ui.snapshot.Snapshot`.
+
+Template contexts, the switchable names, a call looked up by id, and the small
+formatting filters.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from markupsafe import Markup
+
+from toolfleet.shared import codec
+from toolfleet.shared.naming import extension_switch, outcome_key
+from toolfleet.ui.activity import WINDOW_MINUTES
+from toolfleet.ui.snapshot import Failure, Snapshot
+
+__all__ = [
+    "FILTERS",
+    "PAGES",
+    "STATUS_ORDER",
+    "Lookup",
+    "context",
+    "looks_like_call_id",
+    "lookup_call",
+    "sparkline",
+    "switchable",
+]
+
+#: Page name -> its title, in the navigation's order.
+PAGES = {
+    "overview": "Overview",
+    "workers": "Workers",
+    "tenants": "Tenants and limits",
+    "failures": "Failures",
+    "switches": "Switches",
+}
+
+#: Statuses in the order the overview's columns show them.
+STATUS_ORDER = (
+    "ok", "tool_error", "invalid_arguments", "timeout", "crashed", "rejected",
+    "not_available", "unknown_function", "expired", "canceled",
+)  # fmt: skip
+
+#: Most failures listed on the failures page.
+FAILURES_SHOWN = 100
+
+_CALL_ID = re.compile(r"^[0-9a-fA-F-]{32,36}$")
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """A call found by its id in the outcomes the fleet keeps (None fields: not found)."""
+
+    call_id: str
+    status: str | None = None
+    function: str | None = None
+    error: str | None = None
+    worker: str | None = None
+
+
+def looks_like_call_id(q: str) -> bool:
+    """Whether ``q`` has the shape of a call id (a UUID)."""
+    return bool(_CALL_ID.match(q))
+
+
+def lookup_call(client: redis.Redis, namespace: str, call_id: str) -> Lookup:
+    """The recorded outcome of ``call_id`` (one ``GET``; kept for the outcome TTL)."""
+    raw: Any = client.get(outcome_key(namespace, call_id))
+    if raw is None:
+        return Lookup(call_id)
+    try:
+        envelope = codec.loads(raw)
+        result = envelope.get("result", envelope)
+        content = result.get("content")
+        error = content.get("error") if isinstance(content, dict) else None
+        return Lookup(
+            call_id,
+            str(result.get("status")),
+            str(result.get("function")),
+            None if error is None else str(error),
+            str(result.get("worker") or ""),
+        )
+    except (codec.DecodeError, AttributeError):
+        return Lookup(call_id, "unreadable")
+
+
+def switchable(snapshot: Snapshot) -> dict[str, tuple[str, str]]:
+    """Every switch an operator may flip: name -> ``(state, source)``.
+
+    Names are the catalogued functions, ``ext_<slug>`` of each extension and the switches
+    extensions declare (the rule of ``toolfleet switch``); source is ``set`` when a state
+    is stored, else ``default``.
+    """
+    names: dict[str, bool] = {}
+    for entry in snapshot.catalog:
+        names[entry.name] = True
+        if entry.slug:
+            names[extension_switch(entry.slug)] = True
+    names.update(snapshot.declared_switches)
+    found = {}
+    for name, default in sorted(names.items()):
+        if name in snapshot.switches:
+            found[name] = (snapshot.switches[name], "set")
+        else:
+            found[name] = ("on" if default else "off", "default")
+    return found
+
+
+def _matches(failure: Failure, q: str) -> bool:
+    q = q.lower()
+    return any(q in (value or "").lower() for value in (failure.id, failure.function,
+                                                        failure.account))  # fmt: skip
+
+
+def context(
+    page: str,
+    snapshot: Snapshot,
+    *,
+    q: str = "",
+    lookup: Lookup | None = None,
+    may_act: bool,
+    csrf: str,
+    role: str,
+    base: str,
+    error: str = "",
+    message: str = "",
+    login: bool = False,
+    read_only: bool = False,
+) -> dict[str, Any]:
+    """The template context of ``page``: the snapshot and what the page derives from it."""
+    failures = [f for f in snapshot.failures if not q or _matches(f, q)][:FAILURES_SHOWN]
+    tools = sorted(snapshot.activity.tools.values(), key=lambda t: (-t.total, t.function))
+    level, verdict = snapshot.verdict
+    return {
+        "page": page,
+        "title": PAGES[page],
+        "pages": PAGES,
+        "s": snapshot,
+        "level": level,
+        "verdict": verdict,
+        "tools": tools,
+        "statuses": STATUS_ORDER,
+        "failures": failures,
+        "q": q,
+        "lookup": lookup,
+        "switches": switchable(snapshot),
+        "may_act": may_act,
+        "csrf": csrf,
+        "role": role,
+        "base": base,
+        "error": error,
+        "message": message,
+        "login": login,
+        "read_only": read_only,
+        "window": WINDOW_MINUTES,
+    }
+
+
+def sparkline(values: tuple[int, ...], width: int = 120, height: int = 24) -> Markup:
+    """An inline SVG polyline of ``values`` (no script, no style attribute: CSP-clean)."""
+    if not values:
+        return Markup("")
+    top = max(values) or 1
+    step = width / max(1, len(values) - 1)
+    points = " ".join(
+        f"{i * step:.1f},{height - 1 - (v / top) * (height - 2):.1f}" for i, v in enumerate(values)
+    )
+    return Markup(
+        f'<svg class="spark" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+        f'role="img" aria-label="calls per minute, last {len(values)} minutes, peak {top}">'
+        f'<polyline fill="none" stroke="currentColor" stroke-width="1.5" points="{points}"/>'
+        "</svg>"
+    )
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "–"
+    if value < 1:
+        return f"{value * 1000:.0f} ms"
+    return f"{value:.1f} s"
+
+
+def _clock(value: float) -> str:
+    return time.strftime("%H:%M:%S UTC", time.gmtime(value))
+
+
+def _age(value: float | None) -> str:
+    if value is None:
+        return "–"
+    if value < 60:
+        return f"{value:.1f} s"
+    return f"{value / 60:.1f} min"
+
+
+FILTERS: dict[str, Callable[..., Any]] = {
+    "seconds": _seconds,
+    "age": _age,
+    "clock": _clock,
+    "sparkline": sparkline,
+}
