@@ -22,6 +22,7 @@ Redis keys (``ns`` is the namespace, default ``toolfleet``)::
     <ns>:mcp_servers             hash: worker id -> its MCP sessions' states (JSON, with "at")
     <ns>:slots                   hash: slot queue -> the queue it stands in for (affinity)
     <ns>:worker_info             hash: worker id -> what its last heartbeat said (JSON)
+    <ns>:agg:<minute>            hash: one minute's call aggregates (toolfleet.shared.aggregates)
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ __all__ = [
     "acks_key",
     "actor_name_for",
     "affinity_queue_for",
+    "aggregates_key",
     "all_keys_pattern",
     "breaker_key",
     "broker_heartbeats_key",
@@ -382,3 +384,14 @@ def breaker_key(namespace: str, function: str) -> str:
 def concurrency_key(namespace: str, function: str) -> str:
     """The sorted set of ``function``'s held slots (holder -> lease end, epoch ms)."""
     return f"{namespace}:concurrency:{function}"
+
+
+# -- aggregates --------------------------------------------------------------------------------
+
+
+def aggregates_key(namespace: str, minute_s: int) -> str:
+    """The hash of one minute's call aggregates (``minute_s``: its start, epoch seconds).
+
+    Layout of its fields: :mod:`toolfleet.shared.aggregates`.
+    """
+    return f"{namespace}:agg:{minute_s}"

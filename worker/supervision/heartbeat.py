@@ -18,6 +18,7 @@ from typing import Any
 import redis
 from dramatiq.brokers.redis import RedisBroker
 
+from toolfleet.shared import aggregates as agg
 from toolfleet.shared import codec
 from toolfleet.shared.catalog_epoch import REPUBLISH_SCRIPT
 from toolfleet.shared.extension_errors import WorkerErrors
@@ -61,6 +62,10 @@ class CatalogPublisher:
         janitor: registers this process's slot queues every beat and, with the
             maintenance, hands back the calls of slots that are gone (session affinity).
         threads: this process's worker threads (said in its :class:`WorkerInfo`).
+        aggregates: the calls counted since the last beat; each beat adds them to the
+            per-minute aggregates in the same pipeline (:func:`toolfleet.shared.aggregates.write`),
+            and puts them back when the beat fails. ``None``: aggregates are off.
+        aggregates_ttl_s: seconds each minute's aggregates live after a write.
     """
 
     def __init__(
@@ -75,11 +80,15 @@ class CatalogPublisher:
         broker: RedisBroker | None = None,
         janitor: SlotJanitor | None = None,
         threads: int = 0,
+        aggregates: agg.Accumulator | None = None,
+        aggregates_ttl_s: int = 86_400,
     ) -> None:
         self.client = client
         self.threads = threads
         self._rtt_ms: float | None = None
         self._supervisor = f"{socket.gethostname()}:{os.getppid()}"
+        self.aggregates = aggregates
+        self.aggregates_ttl_s = aggregates_ttl_s
         self.janitor = janitor
         self.namespace = namespace
         self.registry = registry
@@ -147,8 +156,14 @@ class CatalogPublisher:
             )
             pipe.hset(brokers_key(self.namespace), self.worker_id, self.broker.broker_id)
         pipe.hset(worker_info_key(self.namespace), self.worker_id, self._info(now))
+        drained = self._drain_into(pipe)
         sent = time.perf_counter()
-        replies = pipe.execute()
+        try:
+            replies = pipe.execute()
+        except BaseException:
+            if drained and self.aggregates is not None:
+                self.aggregates.restore(drained)
+            raise
         self._rtt_ms = (time.perf_counter() - sent) * 1000
         self._epoch = _text(replies[0])
         self._remembered = sorted(_text(name) for name in replies[names_at])
@@ -174,13 +189,40 @@ class CatalogPublisher:
         ).model_dump_json()
 
     def _prune_infos(self, now: float) -> None:
-        """Remove the worker info of processes that stopped beating (a killed one never
-        withdraws): one ``HGETALL`` every 5th beat, over about one field per live process."""
+        """Remove the worker info of processes that stopped beating.
+
+        A killed process never withdraws its own: one ``HGETALL`` every 5th beat, over
+        about one field per live process.
+        """
         key = worker_info_key(self.namespace)
         raw: Any = self.client.hgetall(key)
         gone = stale_ids(parse_worker_infos(raw), now, self.worker_ttl_s)
         if gone:
             self.client.hdel(key, *gone)
+
+    def _drain_into(self, pipe: Any) -> agg.Pending:
+        if self.aggregates is None:
+            return {}
+        drained = self.aggregates.drain()
+        agg.write(pipe, self.namespace, drained, self.aggregates_ttl_s)
+        return drained
+
+    def flush_aggregates(self) -> None:
+        """Write the calls counted since the last beat now (at drain, after the last call).
+
+        Raises:
+            redis.RedisError: Redis failed (the counts are kept for a later try).
+        """
+        pipe = self.client.pipeline(transaction=False)
+        drained = self._drain_into(pipe)
+        if not drained:
+            return
+        try:
+            pipe.execute()
+        except BaseException:
+            if self.aggregates is not None:
+                self.aggregates.restore(drained)
+            raise
 
     def withdraw(self) -> None:
         """Remove this worker from every queue's live set and its error report (on shutdown)."""
