@@ -1,21 +1,18 @@
 """Calls per tool, by status and minute, with wait and run times: what the overview charts.
 
-:func:`queue_activity_reads` queues this read on a snapshot's pipeline and
-:func:`activity_from` turns the replies into an :class:`Activity`.
+Read from the per-minute aggregates the workers add at heartbeat time
+(:mod:`toolfleet.shared.aggregates`), never from the page's memory or the calls.
 """
 
 from __future__ import annotations
 
-import statistics
-from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 import redis
 
-from toolfleet.shared import codec
+from toolfleet.shared.aggregates import Cell, Window, minute_of, read_window
 
-__all__ = ["WINDOW_MINUTES", "Activity", "ToolActivity", "activity_from", "queue_activity_reads"]
+__all__ = ["WINDOW_MINUTES", "Activity", "ToolActivity", "activity_from", "read_activity"]
 
 #: Minutes the overview charts (the last hour).
 WINDOW_MINUTES = 60
@@ -63,69 +60,53 @@ class Activity:
     source: str = ""
 
 
-def queue_activity_reads(
-    pipe: redis.client.Pipeline, namespace: str, functions: list[str], now: float
-) -> None:
-    """Queue on ``pipe`` the reads :func:`activity_from` needs (none for the events tail)."""
+def read_activity(client: redis.Redis, namespace: str, now: float) -> Activity:
+    """The last :data:`WINDOW_MINUTES` minutes of the fleet's per-minute aggregates.
+
+    One pipelined round trip of one ``HGETALL`` per minute
+    (:func:`toolfleet.shared.aggregates.read_window`): bounded by the window, whatever
+    the call volume. Models are summed per function.
+
+    Raises:
+        redis.RedisError: Redis failed.
+    """
+    current = minute_of(now)
+    since = current - (WINDOW_MINUTES - 1) * 60
+    return activity_from(read_window(client, namespace, since_s=since, until_s=now), now)
 
 
-def activity_from(
-    values: list[Any], events: list[Any], functions: list[str], now: float
-) -> Activity:
-    """The activity from the replies of :func:`queue_activity_reads` and the events tail.
+def activity_from(window: Window, now: float) -> Activity:
+    """Sum a window's cells per function: per minute, over the last two minutes, and overall.
 
     Args:
-        values: the replies to what :func:`queue_activity_reads` queued.
-        events: ``XREVRANGE`` rows of the events stream (newest first).
-        functions: the catalogued function names.
-        now: Unix epoch seconds.
+        window: the aggregates read.
+        now: Unix epoch seconds (the last minute of the window holds it).
     """
+    current = minute_of(now)
     per_minute: dict[str, list[int]] = {}
-    last: dict[str, Counter[str]] = {}
-    total: dict[str, Counter[str]] = {}
-    waits: dict[str, list[float]] = {}
-    runs: dict[str, list[float]] = {}
-    current = int(now // 60)
-    for _id, fields in events:
-        try:
-            event = codec.loads(fields[b"event"])
-        except (KeyError, codec.DecodeError):
-            continue
-        if not isinstance(event, dict) or event.get("kind") != "tool_responded":
-            continue
-        minute = int(float(event.get("at") or 0) // 60)
-        age = current - minute
+    last: dict[str, Cell] = {}
+    total: dict[str, Cell] = {}
+    for minute in window.minutes:
+        age = (current - minute.start_s) // 60
         if age < 0 or age >= WINDOW_MINUTES:
             continue
-        function = str(event.get("function"))
-        status = str(event.get("status"))
-        per_minute.setdefault(function, [0] * WINDOW_MINUTES)[WINDOW_MINUTES - 1 - age] += 1
-        total.setdefault(function, Counter())[status] += 1
-        if age <= 1:
-            last.setdefault(function, Counter())[status] += 1
-        if event.get("queued_s") is not None:
-            waits.setdefault(function, []).append(float(event["queued_s"]))
-        if event.get("run_s") is not None:
-            runs.setdefault(function, []).append(float(event["run_s"]))
+        for (function, _model), cell in minute.cells.items():
+            counts = per_minute.setdefault(function, [0] * WINDOW_MINUTES)
+            counts[WINDOW_MINUTES - 1 - age] += cell.calls
+            total.setdefault(function, Cell(function, "")).add(cell)
+            if age <= 1:
+                last.setdefault(function, Cell(function, "")).add(cell)
     tools = {
         name: ToolActivity(
             function=name,
             per_minute=tuple(counts),
-            last_minute=dict(last.get(name, {})),
-            by_status=dict(total[name]),
-            wait_p50_s=_quantile(waits.get(name, []), 0.50),
-            wait_p95_s=_quantile(waits.get(name, []), 0.95),
-            run_p50_s=_quantile(runs.get(name, []), 0.50),
-            run_p95_s=_quantile(runs.get(name, []), 0.95),
+            last_minute=dict(last[name].statuses) if name in last else {},
+            by_status=dict(total[name].statuses),
+            wait_p50_s=total[name].wait.quantile(0.50),
+            wait_p95_s=total[name].wait.quantile(0.95),
+            run_p50_s=total[name].run.quantile(0.50),
+            run_p95_s=total[name].run.quantile(0.95),
         )
         for name, counts in per_minute.items()
     }
-    return Activity(tools, f"the newest {len(events)} entries of the events stream")
-
-
-def _quantile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
+    return Activity(tools, f"the per-minute aggregates in Redis (last {WINDOW_MINUTES} min)")

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
+import jinja2
 import redis
 from starlette.applications import Starlette
 from starlette.datastructures import FormData
@@ -95,7 +96,10 @@ def create_app(config: UiConfig) -> Starlette:
         return read_snapshot(client, config.namespace, worker_ttl_s=config.worker_ttl_s)
 
     poller = Poller(read, config.interval_s)
-    templates = Jinja2Templates(directory=str(HERE / "templates"), autoescape=True)
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True
+    )
+    templates = Jinja2Templates(env=environment)
     templates.env.filters.update(views.FILTERS)
 
     async def principal(request: Request) -> Principal | None:
@@ -263,8 +267,15 @@ def create_app(config: UiConfig) -> Starlette:
         return response
 
     async def logout(request: Request) -> Response:
-        if not _same_origin(request):
-            return PlainTextResponse("cross-origin request refused", status_code=403)
+        sessions = config.sessions
+        who = await principal(request)
+        form = await request.form()
+        if sessions is None or who is None:
+            return RedirectResponse(base(request) + "/login", status_code=303)
+        if not _same_origin(request) or not sessions.csrf_ok(
+            who.session_id, str(form.get("csrf", ""))
+        ):
+            return PlainTextResponse("missing or wrong CSRF token", status_code=403)
         response = RedirectResponse(base(request) + "/login", status_code=303)
         response.delete_cookie(SESSION_COOKIE, path=base(request) or "/")
         return response

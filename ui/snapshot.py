@@ -6,13 +6,14 @@ tail of the events stream and the per-minute aggregates (:mod:`toolfleet.ui.acti
 Nothing is remembered between reads, so a restarted ``ui`` process shows the same
 numbers, and nothing is scanned: the commands one read sends depend on how many queues,
 functions and worker processes the fleet has, never on how many calls it ran (the
-figures are in ``docs/ui.md``). Three pipelined round trips:
+figures are in ``docs/ui.md``). Four pipelined round trips:
 
 1. catalog, switches, limits, worker infos and the events tail;
 2. per queue: live workers, depth, dead letters (the newest :data:`DEAD_LETTERS_SHOWN`
    ids), the head of each lane (``oldest.lua``); per function: breaker and held
-   concurrency slots; per worker: calls in flight; the aggregates;
-3. the bodies of the dead letters shown (one ``HMGET`` per queue that has any).
+   concurrency slots; per worker: calls in flight;
+3. the per-minute aggregates of the last hour (one ``HGETALL`` per minute);
+4. the bodies of the dead letters shown (one ``HMGET`` per queue that has any).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from toolfleet.shared.tenancy.breakers import breaker_key
 from toolfleet.shared.tenancy.lanes import lane_keys, uses_lanes
 from toolfleet.shared.tenancy.quotas import Quota, limits_key
 from toolfleet.shared.worker_info import WorkerInfo, parse_worker_infos
-from toolfleet.ui.activity import Activity, ToolActivity, activity_from, queue_activity_reads
+from toolfleet.ui.activity import Activity, ToolActivity, read_activity
 from toolfleet.ui.dead_letters import DeadLetter, parse_dead_letter
 
 __all__ = [
@@ -223,10 +224,8 @@ def read_snapshot(
         second.zcount(concurrency_key(namespace, function), int(now * 1000), "+inf")
     for info in infos:
         second.hlen(inflight_key(namespace, info.worker_id))
-    activity_at = len(second.command_stack)
-    queue_activity_reads(second, namespace, functions, now)
     values: list[Any] = second.execute()
-    activity = activity_from(values[activity_at:], raw_events, functions, now)
+    activity = read_activity(client, namespace, now)
 
     queue_states, dead_ids = _queues(queues, values, now)
     rest = values[5 * len(queues) :]
