@@ -210,3 +210,27 @@ def test_mounted_under_a_prefix_the_host_decides(ui_fleet: Fleet) -> None:
         assert client.get("/ops/static/ui.js").status_code == 200
         assert client.get("/ops/", headers={}).status_code == 401
         assert client.get("/ops/livez").text == "ok"
+
+
+def test_the_workers_page_shows_each_process_from_its_heartbeat(
+    ui_fleet: Fleet, ui: UiProcess
+) -> None:
+    """Each worker process is listed with its supervisor, threads, version and the Redis
+    round trip of its last heartbeat."""
+    viewer = login(ui, "viewer")
+    pids = ui_fleet.worker_pids()
+    assert len(pids) == 1
+
+    def listed() -> bool:
+        return f':{pids[0]}"' in viewer.get("/workers").text
+
+    _until(listed, "the worker process is on the workers page")
+    html = viewer.get("/workers").text
+    row = re.search(rf'<tr data-worker="[^"]*:{pids[0]}"[^>]*>(.*?)</tr>', html, re.S)
+    assert row is not None, html
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", row.group(1))
+    assert cells[1].endswith(f":{ui_fleet.process.pid}")  # its supervisor
+    assert "tools.fleet-test" in cells[2]
+    assert re.fullmatch(r"\d+/4", cells[3]), cells  # threads busy of 4
+    assert cells[5] == "0.1.0"
+    assert re.fullmatch(r"\d+\.\d ms", cells[6]), cells

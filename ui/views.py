@@ -136,6 +136,9 @@ def context(
     """The template context of ``page``: the snapshot and what the page derives from it."""
     failures = [f for f in snapshot.failures if not q or _matches(f, q)][:FAILURES_SHOWN]
     tools = sorted(snapshot.activity.tools.values(), key=lambda t: (-t.total, t.function))
+    seen = {status for tool in tools for status, n in tool.by_status.items() if n}
+    shown = [st for st in STATUS_ORDER if st == "ok" or st in seen]
+    shown += sorted(seen - set(STATUS_ORDER))
     level, verdict = snapshot.verdict
     return {
         "page": page,
@@ -145,7 +148,7 @@ def context(
         "level": level,
         "verdict": verdict,
         "tools": tools,
-        "statuses": STATUS_ORDER,
+        "statuses": shown,
         "failures": failures,
         "q": q,
         "lookup": lookup,
