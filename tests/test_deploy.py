@@ -752,6 +752,53 @@ def test_mcp_gateway_tokens_file_is_in_a_read_only_secret_mount(overlay: str) ->
     assert volumes[mount["name"]]["secret"]["secretName"] in secrets
 
 
+#: Overlays that include the optional ops page component.
+UI_OVERLAYS = ("dev",)
+
+
+def _ui(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    (deployment,) = [d for d in _of_kind(docs, "Deployment")
+                     if d["metadata"]["name"] == "toolfleet-ui"]  # fmt: skip
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return deployment, container
+
+
+@pytest.mark.parametrize("overlay", UI_OVERLAYS)
+def test_ops_ui_deployment_service_and_probes(overlay: str) -> None:
+    """The ops page component: its command parses with the real CLI (tokens required, no
+    --no-auth), the tokens file is in a read-only mount of a rendered Secret, a Service
+    selects its pods, and its probes are HTTP GETs on routes the ASGI app serves."""
+    import redis
+
+    from toolfleet.ui import UiConfig, create_app
+
+    docs = _rendered(overlay)
+    deployment, container = _ui(docs)
+    argv = container["args"]
+    _parse_cli(argv)
+    assert argv[1] == "ui" and "--no-auth" not in argv
+    (path,) = _option_values(argv, "--tokens-file")
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    secrets = {d["metadata"]["name"] for d in _of_kind(docs, "Secret")}
+    (mount,) = [m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/")]
+    assert mount.get("readOnly") is True
+    assert volumes[mount["name"]]["secret"]["secretName"] in secrets
+    port = {p["name"]: p["containerPort"] for p in container["ports"]}["http"]
+    assert _option_values(argv, "--port") == [str(port)]
+    (service,) = [s for s in _of_kind(docs, "Service") if s["metadata"]["name"] == "toolfleet-ui"]
+    assert service["spec"]["selector"].items() <= (
+        deployment["spec"]["template"]["metadata"]["labels"].items()
+    )
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]
+    app = create_app(UiConfig(redis_client=lambda: redis.Redis.from_url("redis://127.0.0.1:1")))
+    routes = {getattr(route, "path", None) for route in app.routes}
+    probes = {container[p]["httpGet"]["path"] for p in ("livenessProbe", "readinessProbe")}
+    assert probes == {"/livez", "/readyz"} and probes <= routes
+    assert {container[p]["httpGet"]["port"] for p in ("livenessProbe", "readinessProbe")} == {
+        "http"
+    }
+
+
 # --- compose ---------------------------------------------------------------------------
 
 

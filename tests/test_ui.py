@@ -121,8 +121,8 @@ def test_session_cookie_flags(ui: UiProcess) -> None:
         form = client.get("/login", headers=headers)
         # a client keeps a Secure cookie for HTTPS only: hand the pre-session one back by hand
         pre = form.headers["set-cookie"].split(";", 1)[0]
-        answer = client.post("/login", headers={**headers, "cookie": pre},
-                             data={"token": TOKENS["viewer"], "csrf": csrf_of(form.text)})  # fmt: skip
+        data = {"token": TOKENS["viewer"], "csrf": csrf_of(form.text)}
+        answer = client.post("/login", headers={**headers, "cookie": pre}, data=data)
         cookie = next(v for k, v in answer.headers.multi_items()
                       if k == "set-cookie" and v.startswith("toolfleet_session="))  # fmt: skip
         flags = {part.strip().lower() for part in cookie.split(";")[1:]}

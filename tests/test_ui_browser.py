@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 import redis
+from ui_support import TOKENS, UiProcess, csrf_of, start_ui, write_tokens
 
 from conftest import TEST_QUEUE, TESTS, Fleet, delete_namespace, start_fleet, unavailable
 from toolfleet.producer import ToolClient
 from toolfleet.producer.publish import encode_message
 from toolfleet.shared.naming import dead_letters_key, reply_key
 from toolfleet.shared.wire import ToolCallRequest, new_call_id
-from ui_support import TOKENS, UiProcess, csrf_of, start_ui, write_tokens
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 

@@ -107,7 +107,7 @@ def create_app(config: UiConfig) -> Starlette:
             decided = config.auth(request)
             if inspect.isawaitable(decided):
                 decided = await decided
-            return decided  # type: ignore[return-value]
+            return decided
         if config.sessions is not None:
             return config.sessions.check(request.cookies.get(SESSION_COOKIE))
         return Principal(ANONYMOUS.role, anonymous_id)
