@@ -197,7 +197,9 @@ def test_mounted_under_a_prefix_the_host_decides(ui_fleet: Fleet) -> None:
 
     def decide(request: Request) -> Principal | None:
         who = request.headers.get("x-user")
-        return Principal(Role.VIEWER, who) if who else None
+        if not who:
+            return None
+        return Principal(Role.OPERATOR if who.startswith("op-") else Role.VIEWER, who)
 
     ops = create_app(UiConfig(redis_client=lambda: redis.Redis.from_url(ui_fleet.redis_url),
                               namespace=ui_fleet.namespace, auth=decide))  # fmt: skip
@@ -210,6 +212,22 @@ def test_mounted_under_a_prefix_the_host_decides(ui_fleet: Fleet) -> None:
         assert client.get("/ops/static/ui.js").status_code == 200
         assert client.get("/ops/", headers={}).status_code == 401
         assert client.get("/ops/livez").text == "ok"
+        # each principal's CSRF token is its own: another operator's is refused
+        tokens = {}
+        for user in ("op-ana", "op-bo"):
+            page = client.get("/ops/switches", headers={"x-user": user})
+            assert 'data-action="flip"' in page.text
+            tokens[user] = csrf_of(page.text)
+        assert tokens["op-ana"] != tokens["op-bo"]
+        form = {"name": ADD, "state": "on"}
+        forged = client.post("/ops/switches", headers={"x-user": "op-bo"},
+                             data={**form, "csrf": tokens["op-ana"]})  # fmt: skip
+        assert forged.status_code == 403
+        mine = {**form, "csrf": tokens["op-bo"]}
+        own = client.post("/ops/switches", headers={"x-user": "op-bo"}, data=mine,
+                          follow_redirects=False)  # fmt: skip
+        assert own.status_code == 303 and own.headers["location"].startswith("/ops/switches")
+        redis.Redis.from_url(ui_fleet.redis_url).hdel(switches_key(ui_fleet.namespace), ADD)
 
 
 def test_the_workers_page_shows_each_process_from_its_heartbeat(

@@ -43,7 +43,7 @@ from starlette.templating import Jinja2Templates
 
 from toolfleet.shared.naming import switches_key
 from toolfleet.ui import views
-from toolfleet.ui.auth import LOGIN_COOKIE, SESSION_COOKIE, Principal, Role
+from toolfleet.ui.auth import LOGIN_COOKIE, SESSION_COOKIE, Principal, Role, Sessions
 from toolfleet.ui.config import UiConfig
 from toolfleet.ui.dead_letters import RetryRefused, delete_dead_letter, retry
 from toolfleet.ui.poller import Poller
@@ -90,7 +90,10 @@ def create_app(config: UiConfig) -> Starlette:
         A Starlette application; its lifespan stops the poller.
     """
     client = config.redis_client()
-    anonymous_id = secrets.token_hex(16)  # the CSRF binding of an app without auth
+    anonymous_id = secrets.token_hex(16)  # the session id of every visitor without auth
+    # CSRF tokens are HMACs of the principal's session id: under the sessions' key, else
+    # under a per-process key (a host's callback, or no auth)
+    signer = config.sessions or Sessions(())
 
     def read() -> Any:
         return read_snapshot(client, config.namespace, worker_ttl_s=config.worker_ttl_s)
@@ -113,9 +116,7 @@ def create_app(config: UiConfig) -> Starlette:
         return Principal(ANONYMOUS.role, anonymous_id)
 
     def csrf_for(who: Principal) -> str:
-        if config.sessions is not None:
-            return config.sessions.csrf_token(who.session_id)
-        return _anonymous_csrf(anonymous_id, who.session_id)
+        return signer.csrf_token(who.session_id)
 
     def may_act(who: Principal) -> bool:
         return who.may_act and not config.read_only
@@ -130,7 +131,10 @@ def create_app(config: UiConfig) -> Starlette:
         name = request.path_params.get("page", "overview")
         if name not in views.PAGES:
             return PlainTextResponse("not found", status_code=404)
-        snapshot = await poller.current()
+        try:
+            snapshot = await poller.current()
+        except redis.RedisError as exc:
+            return PlainTextResponse(f"the fleet's Redis does not answer: {exc}", status_code=503)
         q = request.query_params.get("q", "").strip()
         lookup = await _lookup(client, config.namespace, q) if name == "failures" else None
         context = views.context(
@@ -185,12 +189,7 @@ def create_app(config: UiConfig) -> Starlette:
         if who is None:
             raise _Forbidden(401, "log in first")
         form = await request.form()
-        presented = str(form.get("csrf", ""))
-        if config.sessions is not None:
-            ok = config.sessions.csrf_ok(who.session_id, presented)
-        else:
-            ok = secrets.compare_digest(presented, csrf_for(who))
-        if not ok:
+        if not signer.csrf_ok(who.session_id, str(form.get("csrf", ""))):
             raise _Forbidden(403, "missing or wrong CSRF token")
         if config.read_only:
             raise _Forbidden(403, "this ops page is read-only")
@@ -312,10 +311,6 @@ def create_app(config: UiConfig) -> Starlette:
     app = Starlette(routes=routes, middleware=[Middleware(_Headers)], lifespan=lifespan)
     app.state.poller = poller
     return app
-
-
-def _anonymous_csrf(anonymous_id: str, session_id: str) -> str:
-    return f"{anonymous_id}{session_id}"[:32]
 
 
 def _same_origin(request: Request) -> bool:
