@@ -30,12 +30,13 @@ import redis
 BENCH = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH.parent / "tests")]
 
+from ui_support import TOKENS, start_ui, write_tokens  # noqa: E402
+
 from conftest import Fleet, start_fleet  # noqa: E402
 from private_redis import command_counts, start_tcp_server  # noqa: E402
 from toolfleet.producer import ToolClient  # noqa: E402
 from toolfleet.shared import ToolCallResult  # noqa: E402
 from toolfleet.ui.snapshot import read_snapshot  # noqa: E402
-from ui_support import TOKENS, start_ui, write_tokens  # noqa: E402
 
 ECHO = "ext_fleet_test_echo"
 FAIL = "ext_fleet_test_fail"
@@ -116,7 +117,8 @@ def main() -> None:
             for per_minute in (10, 10_000):
                 statuses = _run_at(calls, per_minute, 60.0)
                 report[f"{per_minute}_per_minute"] = {
-                    "statuses": statuses, **_refresh_commands(fleet, client)
+                    "statuses": statuses,
+                    **_refresh_commands(fleet, client),
                 }
         _photograph(fleet, folder, BENCH.parent / "docs" / "ui.png")
     finally:

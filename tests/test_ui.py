@@ -252,3 +252,37 @@ def test_the_workers_page_shows_each_process_from_its_heartbeat(
     assert re.fullmatch(r"\d+/4", cells[3]), cells  # threads busy of 4
     assert cells[5] == "0.1.0"
     assert re.fullmatch(r"\d+\.\d ms", cells[6]), cells
+
+
+def test_a_tokens_file_of_the_wrong_shape_is_refused_with_one_line(tmp_path: Path) -> None:
+    """A role that is not viewer or operator, or a digest that is not SHA-256, stops the
+    command with one line naming the file and the field."""
+    for body, field in (('[[tokens]]\nsha256 = "%s"\nrole = "admin"\n' % ("a" * 64), "role"),
+                        ('[[tokens]]\nsha256 = "abc"\nrole = "viewer"\n', "sha256")):  # fmt: skip
+        path = tmp_path / "tokens.toml"
+        path.write_text(body, encoding="utf-8")
+        out = subprocess.run([toolfleet_command(), "ui", "--tokens-file", str(path)],
+                             capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1, out.stderr
+        assert str(path) in lines[0] and field in lines[0], lines
+
+
+def test_no_auth_on_loopback_serves_every_visitor_as_an_operator(
+    ui_fleet: Fleet, tmp_path: Path
+) -> None:
+    """With --no-auth on 127.0.0.1 pages need no login and carry working controls, still
+    guarded by the CSRF token."""
+    started = start_ui(ui_fleet.redis_url, ui_fleet.namespace, tmp_path, "--no-auth")
+    try:
+        anyone = httpx.Client(base_url=started.url, timeout=10)
+        page = anyone.get("/switches")
+        assert page.status_code == 200 and 'data-action="flip"' in page.text
+        form = {"name": ADD, "state": "on"}
+        assert anyone.post("/switches", data=form).status_code == 403
+        assert (
+            anyone.post("/switches", data={**form, "csrf": csrf_of(page.text)}).status_code == 303
+        )
+    finally:
+        started.stop()
+        redis.Redis.from_url(ui_fleet.redis_url).hdel(switches_key(ui_fleet.namespace), ADD)
