@@ -14,10 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import Fleet, start_fleet, toolfleet_command
+from conftest import Fleet, delete_namespace, start_fleet, toolfleet_command
 from toolfleet.producer import ToolClient
+from toolfleet.shared.aggregates import read_window
+from toolfleet.shared.settings import Settings
 
 ADD = "ext_fleet_test_add"
 FAIL = "ext_fleet_test_fail"
@@ -198,3 +201,94 @@ def test_since_must_be_a_duration(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert out.returncode == 2 and "not a duration" in out.stderr
+
+
+def _unknown_count(model: str, asked: str) -> float:
+    from toolfleet.producer import metrics
+
+    value = metrics.REGISTRY.get_sample_value(
+        "toolfleet_client_unknown_functions_total", {"model": model, "asked": asked}
+    )
+    return value or 0.0
+
+
+def test_a_misspelled_name_answers_the_nearest_tool_and_is_counted_per_model(
+    quality_fleet: tuple[Fleet, int],
+) -> None:
+    """A call to a misspelled function is answered unknown_function naming the nearest served
+    function, and the producer's counter for that model and name rose by one."""
+    fleet, _ = quality_fleet
+    settings = Settings.from_env(quality_models=MODELS)
+    before = _unknown_count("model-a", "ext_fleet_test_ad")
+    other_before = _unknown_count("other", "ext_fleet_test_ad")
+    with ToolClient(fleet.redis_url, namespace=fleet.namespace, settings=settings) as client:
+        result = client.call("ext_fleet_test_ad", {"a": 1, "b": 2},
+                             context={"llmclient": "model-a"}, timeout_s=20)  # fmt: skip
+        turn = client.dispatch(
+            [{"id": "call_0", "type": "function",
+              "function": {"name": "ext_fleet_test_ad", "arguments": "{}"}}],
+            context={"llmclient": "model-q"}, timeout_s=20,
+        )  # fmt: skip
+    assert result.status.value == "unknown_function"
+    assert result.error is not None
+    assert result.error.startswith("unknown function 'ext_fleet_test_ad'; did you mean ")
+    assert "'ext_fleet_test_add'" in result.error.split("did you mean", 1)[1]
+    assert "did you mean" in str(turn)
+    assert _unknown_count("model-a", "ext_fleet_test_ad") == before + 1
+    assert _unknown_count("other", "ext_fleet_test_ad") == other_before + 1
+
+
+def test_a_name_near_nothing_served_gets_no_suggestion(quality_fleet: tuple[Fleet, int]) -> None:
+    """A name like no served function is answered with the plain message."""
+    fleet, _ = quality_fleet
+    with ToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
+        result = client.call("get_weather_in_paris", {}, timeout_s=20)
+    assert result.content == {"error": "unknown function 'get_weather_in_paris'"}
+
+
+def test_demo_prints_the_quality_report_of_its_traffic(tmp_path: Path) -> None:
+    """`toolfleet demo` ends with the quality report of what it replayed (models named by the
+    sample) and the unknown functions its producer was asked for."""
+    env = {k: v for k, v in os.environ.items() if k != "TOOLFLEET_REDIS_URL"}
+    env |= {"COLUMNS": "400", "TOOLFLEET_NAMESPACE": f"tfq-{uuid.uuid4().hex[:8]}"}
+    out = subprocess.run(
+        [toolfleet_command(), "demo"], env=env, cwd=tmp_path, capture_output=True, text=True,
+        timeout=300, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = out.stdout.split("quality (toolfleet quality)", 1)[1]
+    first = report.splitlines()[4]  # the worst row: after the title, the header and rules
+    assert "ext_bfcl_math_factorial" in first and "demo/model-b" in first
+    assert "verbose (extra) x1" in report and "n (missing) x1" in report
+    asked = report.split("unknown functions (this producer)", 1)[1]
+    assert "ext_bfcl_math_gdc" in asked and "demo/model-b" in asked
+
+
+def test_calls_answered_since_the_last_heartbeat_are_written_at_drain(
+    redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """With heartbeats a minute apart, the calls of a fleet stopped before its next beat are
+    in the aggregates all the same: the drain writes them."""
+    ns = f"{namespace}-qd-{uuid.uuid4().hex[:6]}"
+    fleet = start_fleet(redis_url, ns, tmp_path / "worker.log", processes=1,
+                        env={"TOOLFLEET_HEARTBEAT_INTERVAL_S": "60",
+                             "TOOLFLEET_WORKER_TTL_S": "180"})  # fmt: skip
+    try:
+        with ToolClient(redis_url, namespace=ns) as client:
+            for i in range(4):
+                assert client.call(ADD, {"a": i, "b": 1}, timeout_s=20).ok
+        before = _window_calls(redis_url, ns)
+        assert fleet.stop() == 0
+        after = _window_calls(redis_url, ns)
+    finally:
+        fleet.stop()
+        delete_namespace(redis_url, ns)
+    assert (before, after) == (0, 4)
+
+
+def _window_calls(redis_url: str, ns: str) -> int:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        return sum(c.calls for c in read_window(client, ns, time.time() - 600).totals())
+    finally:
+        client.close()
