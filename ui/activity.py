@@ -90,7 +90,7 @@ def activity_from(window: Window, now: float) -> Activity:
         age = (current - minute.start_s) // 60
         if age < 0 or age >= WINDOW_MINUTES:
             continue
-        for (function, _model), cell in minute.cells.items():
+        for function, cell in minute.by_function().items():
             counts = per_minute.setdefault(function, [0] * WINDOW_MINUTES)
             counts[WINDOW_MINUTES - 1 - age] += cell.calls
             total.setdefault(function, Cell(function, "")).add(cell)
