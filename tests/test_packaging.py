@@ -153,7 +153,8 @@ def run_in(
 
 
 def test_wheel_holds_only_toolfleet_and_every_subpackage(wheel: Path) -> None:
-    """The built wheel has only toolfleet/... files, every sub-package and the demo sample."""
+    """The built wheel has only toolfleet/... files, every sub-package, the demo sample and
+    the ops page's templates, assets and script."""
     names = zipfile.ZipFile(wheel).namelist()
     payload = [n for n in names if ".dist-info/" not in n]
     assert payload and all(n.startswith("toolfleet/") for n in payload), payload
@@ -161,11 +162,13 @@ def test_wheel_holds_only_toolfleet_and_every_subpackage(wheel: Path) -> None:
     expected_packages = {"shared", "producer", "worker", "extensions", "extensions/bfcl"}
     for package in expected_packages:
         assert f"toolfleet/{package}/__init__.py" in names, package
-    for folder in ("shared", "producer", "worker", "extensions"):
+    for folder in ("shared", "producer", "worker", "extensions", "ui"):
         for init in (ROOT / folder).rglob("__init__.py"):
             assert f"toolfleet/{init.relative_to(ROOT).as_posix()}" in names
         assert f"toolfleet/{folder}/py.typed" in names
     assert "toolfleet/worker/devtools/samples/demo.jsonl" in names
+    for asset in ("ui/oldest.lua", "ui/templates/page.html", "ui/static/ui.css", "ui/static/ui.js"):
+        assert f"toolfleet/{asset}" in names, asset
     assert not any(n.startswith(("toolfleet/tests", "toolfleet/deploy")) for n in names)
 
 
