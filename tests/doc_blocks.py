@@ -90,7 +90,7 @@ def markers_without_block(path: Path) -> list[int]:
 def worker_command(block: Block) -> tuple[dict[str, str], list[str]] | None:
     """``(variables, arguments)`` of ``VAR=value ... toolfleet worker ARGS`` when ``block``
     is a fleet's command line, else ``None``."""
-    if block.lang != "bash":
+    if block.lang != "bash" or block.marker == "fragment":
         return None
     lines = [line for line in block.body.splitlines() if line.strip()]
     for line in lines:
