@@ -8,10 +8,10 @@ A fenced block is marked by an HTML comment on the nearest non-blank line above 
   runs (a module a fleet loads, a manifest);
 - ``<!-- output -->``: what the runnable block just before it prints, compared exactly.
 
-Every other ``python`` block runs, in order, in one working folder per page, against a real
-fleet; ``bash`` blocks run only on pages that say so (the README: all of them). A ``bash``
-line ``toolfleet worker ARGS`` is the page's fleet: the test starts it with those arguments
-instead of running the line.
+Every other ``python`` and ``bash`` block runs, in order, in one working folder per page,
+against a real fleet. A ``bash`` block whose one line is ``VAR=value ... toolfleet worker
+ARGS`` is the page's fleet: the test starts it with those variables and arguments instead
+of running the line.
 """
 
 from __future__ import annotations
@@ -151,9 +151,7 @@ class Run:
         return done.stdout
 
 
-def run_blocks(
-    page: list[Block], run: Run, *, bash_too: bool, skip: frozenset[int] = frozenset()
-) -> int:
+def run_blocks(page: list[Block], run: Run, *, skip: frozenset[int] = frozenset()) -> int:
     """Run the page's runnable blocks in order, but those opening on a line in ``skip``;
     check each ``output`` block. Returns how many ran."""
     ran = 0
@@ -169,7 +167,7 @@ def run_blocks(
         last_output = None
         if block.marker in ("fragment", "file") or block.lang not in RUNNABLE or block.line in skip:
             continue
-        if block.lang == "bash" and (not bash_too or worker_command(block) is not None):
+        if worker_command(block) is not None:
             continue
         last_output = run.execute(block, number)
         ran += 1

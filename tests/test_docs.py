@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from doc_blocks import (
     ROOT,
+    RUNNABLE,
     Block,
     Run,
     blocks,
@@ -27,26 +28,24 @@ README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 PAGES = sorted(DOCS.rglob("*.md"))
 MKDOCS = Path(sys.executable).parent / "mkdocs"
+KINDS = {"python", "bash", "text", "toml", "json", "yaml"}
 
 
-def _runnable(page: list[Block], *, bash_too: bool) -> bool:
+def _runnable(page: list[Block]) -> bool:
     return any(
         b.marker not in ("fragment", "file", "output")
-        and (b.lang == "python" or (bash_too and b.lang == "bash" and worker_command(b) is None))
+        and b.lang in RUNNABLE
+        and worker_command(b) is None
         for b in page
     )
 
 
-def _run_page(
-    path: Path, fleet: Fleet, tmp_path: Path, *, bash_too: bool, skip: frozenset[int] = frozenset()
-) -> int:
+def _run_page(path: Path, fleet: Fleet, tmp_path: Path, skip: frozenset[int] = frozenset()) -> int:
     page = blocks(path)
     write_files(page, tmp_path)
     fleets = [command for command in map(worker_command, page) if command is not None]
     if not fleets:
-        return run_blocks(
-            page, Run(tmp_path, fleet.redis_url, fleet.namespace), bash_too=bash_too, skip=skip
-        )
+        return run_blocks(page, Run(tmp_path, fleet.redis_url, fleet.namespace), skip=skip)
     assert len(fleets) == 1, f"{path}: one `toolfleet worker` line per page"
     variables, arguments = fleets[0]
     variables.pop("PYTHONPATH", None)  # the page's folder is on it (and the tests' tools)
@@ -60,9 +59,7 @@ def _run_page(
         cwd=tmp_path,
     )
     try:
-        return run_blocks(
-            page, Run(tmp_path, own.redis_url, own.namespace), bash_too=bash_too, skip=skip
-        )
+        return run_blocks(page, Run(tmp_path, own.redis_url, own.namespace), skip=skip)
     finally:
         own.stop()
 
@@ -108,19 +105,26 @@ def test_readme_blocks_run_against_a_fleet(fleet: Fleet, tmp_path: Path) -> None
     first, *page = blocks(README)  # the two commands: CI runs them (test above)
     assert sum(b.lang == "python" and not b.marker for b in page) >= 1
     assert any(worker_command(b) for b in page)
-    ran = _run_page(README, fleet, tmp_path, bash_too=True, skip=frozenset({first.line}))
+    ran = _run_page(README, fleet, tmp_path, skip=frozenset({first.line}))
     assert ran >= 2
 
 
 @pytest.mark.parametrize(
     "path",
-    [p for p in PAGES if _runnable(blocks(p), bash_too=False)],
+    [p for p in PAGES if _runnable(blocks(p))],
     ids=lambda p: str(p.relative_to(DOCS)),
 )
-def test_docs_python_blocks_run(path: Path, fleet: Fleet, tmp_path: Path) -> None:
-    """Every python block of a docs page not marked ``<!-- fragment -->`` runs against a real
-    fleet (and prints what an ``<!-- output -->`` block after it says)."""
-    assert _run_page(path, fleet, tmp_path, bash_too=False) >= 1
+def test_docs_blocks_run(path: Path, fleet: Fleet, tmp_path: Path) -> None:
+    """Every python and bash block of a docs page not marked ``<!-- fragment -->`` runs
+    against a real fleet (and prints what an ``<!-- output -->`` block after it says)."""
+    assert _run_page(path, fleet, tmp_path) >= 1
+
+
+def test_every_block_is_of_a_known_kind() -> None:
+    """Each block says its language, one the tests know: python and bash run (or are marked),
+    text is a diagram or an output, toml/json/yaml are configuration as written."""
+    odd = [b.where for p in [README, *PAGES] for b in blocks(p) if b.lang not in KINDS]
+    assert not odd, f"blocks of no known kind (```python, ```bash, ```text, ...): {odd}"
 
 
 def test_markers_mark_a_block() -> None:
