@@ -16,6 +16,7 @@ of running the line.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -110,11 +111,16 @@ def worker_command(block: Block) -> tuple[dict[str, str], list[str]] | None:
 
 @dataclass
 class Run:
-    """Where and against which fleet a page's blocks run."""
+    """Where and against which fleet a page's blocks run.
+
+    Python blocks run in one interpreter per page (``doc_runner.py``: imports are paid once,
+    each block gets fresh globals); bash blocks each in their own shell.
+    """
 
     folder: Path
     redis_url: str
     namespace: str
+    _runner: subprocess.Popen[str] | None = None
 
     def environment(self) -> dict[str, str]:
         bin_dir = str(Path(sys.executable).parent)
@@ -129,13 +135,9 @@ class Run:
     def execute(self, block: Block, number: int) -> str:
         """Run one block; return its standard output, or raise with everything it printed."""
         if block.lang == "python":
-            script = self.folder / f"block_{number:02d}.py"
-            script.write_text(block.body, encoding="utf-8")
-            argv = [sys.executable, str(script)]
-        else:
-            argv = ["bash", "-euo", "pipefail", "-c", block.body]
+            return self._python(block, number)
         done = subprocess.run(
-            argv,
+            ["bash", "-euo", "pipefail", "-c", block.body],
             cwd=self.folder,
             env=self.environment(),
             capture_output=True,
@@ -150,10 +152,54 @@ class Run:
             )
         return done.stdout
 
+    def _python(self, block: Block, number: int) -> str:
+        script = self.folder / f"block_{number:02d}.py"
+        script.write_text(block.body, encoding="utf-8")
+        if self._runner is None:
+            self._runner = subprocess.Popen(
+                [sys.executable, str(Path(__file__).with_name("doc_runner.py"))],
+                cwd=self.folder,
+                env=self.environment(),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        assert self._runner.stdin is not None and self._runner.stdout is not None
+        self._runner.stdin.write(f"{script}\n")
+        self._runner.stdin.flush()
+        line = self._runner.stdout.readline()
+        assert line, f"{block.where}: the block runner ended (exit {self._runner.wait()})"
+        answer = json.loads(line)
+        if not answer["ok"]:
+            raise AssertionError(
+                f"{block.where} failed\n--- block\n{block.body}--- stdout\n{answer['stdout']}"
+                f"--- error\n{answer['error']}"
+            )
+        return str(answer["stdout"])
+
+    def close(self) -> None:
+        """End the page's python runner."""
+        if self._runner is not None:
+            assert self._runner.stdin is not None
+            self._runner.stdin.close()
+            try:
+                self._runner.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._runner.kill()
+                self._runner.wait()
+            self._runner = None
+
 
 def run_blocks(page: list[Block], run: Run, *, skip: frozenset[int] = frozenset()) -> int:
     """Run the page's runnable blocks in order, but those opening on a line in ``skip``;
     check each ``output`` block. Returns how many ran."""
+    try:
+        return _run_in_order(page, run, skip)
+    finally:
+        run.close()
+
+
+def _run_in_order(page: list[Block], run: Run, skip: frozenset[int]) -> int:
     ran = 0
     last_output: str | None = None
     for number, block in enumerate(page):
