@@ -72,7 +72,10 @@ def test_an_account_s_quota_scopes_are_read_in_one_hmget_and_still_enforced(
         client.close()
     assert first is None
     assert second is not None and second.reason == "in_flight"
-    assert calls.get("hmget") == 4  # per call: the quota fields, the breaker
+    # per run: the quota fields, the breaker; the full scope's call runs twice, the second
+    # time with the outcome key of the call holding the scope (one EXISTS)
+    assert calls.get("hmget") == 6
+    assert calls.get("evalsha") == 3 and calls.get("exists") == 1
     assert "hget" not in calls
 
 
