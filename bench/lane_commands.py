@@ -7,7 +7,8 @@ turn of 1,000 calls each, side by side) and 200 sequential calls, and prints the
 included), LPOP separately. Idle fleet traffic (blocking waits, heartbeats) is counted
 too; it is small next to 2,000 calls and the same before and after a change. A last
 phase of 200 more sequential calls runs under ``MONITOR`` to split the LPOPs by key
-(queue list, lane rotation, lanes, others such as reply lists).
+(queue list, lane rotation, lanes, others such as reply lists) and every command by the
+script it ran in (``EVALSHA`` and the commands inside it, by script name) or by name.
 
     .venv/bin/python bench/lane_commands.py
 """
@@ -58,7 +59,30 @@ def _per_call(delta: dict[str, Any], calls: int) -> dict[str, float]:
         "llen_per_call": round(per.get("llen", 0) / calls, 2),
         "rpush_per_call": round(per.get("rpush", 0) / calls, 2),
         "evalsha_per_call": round(per.get("evalsha", 0) / calls, 2),
+        "per_command_per_call": {c: round(n / calls, 2) for c, n in sorted(per.items())},
     }
+
+
+def _script_names() -> dict[str, str]:
+    """SHA1 -> name of every packaged script, with the constants its users fill in."""
+    import hashlib
+
+    from toolfleet.shared import scripts
+    from toolfleet.shared.cancels import REQUESTED, RESOLVED
+    from toolfleet.shared.catalog_epoch import WINDOW_MARK
+    from toolfleet.shared.tenancy.lanes import TOKEN
+
+    constants = {
+        "TOKEN": TOKEN,
+        "REQUESTED": REQUESTED.decode(),
+        "RESOLVED": RESOLVED.decode(),
+        "WINDOW_MARK": WINDOW_MARK,
+    }
+    names = {}
+    for name in scripts.names():
+        source = scripts.source(name, **constants)
+        names[hashlib.sha1(source.encode()).hexdigest()] = name  # noqa: S324 - Redis's hash
+    return names
 
 
 class LpopCensus:
@@ -69,6 +93,8 @@ class LpopCensus:
         self.namespace = namespace
         self.kinds: dict[str, int] = {}
         self.fetches = 0
+        self.by_script: dict[str, dict[str, int]] = {}
+        self._names = _script_names()
         self._ready = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -86,9 +112,23 @@ class LpopCensus:
         client = redis.Redis.from_url(self.url)
         with client.monitor() as monitor:
             self._ready.set()
+            script = "-"
             while not self._stop.is_set():
-                parts = str(monitor.next_command()["command"]).split()
+                line = monitor.next_command()
+                parts = str(line["command"]).split()
                 name = parts[0].lower() if parts else ""
+                if line["client_type"] != "lua":
+                    script = "-"
+                    if name == "evalsha" and len(parts) > 1:
+                        script = self._names.get(parts[1], parts[1][:12])
+                    elif name == "eval":
+                        script = "(eval)"
+                if line["client_type"] == "lua" or script != "-":
+                    counts = self.by_script.setdefault(script, {})
+                    counts[name] = counts.get(name, 0) + 1
+                else:
+                    counts = self.by_script.setdefault("(no script)", {})
+                    counts[name] = counts.get(name, 0) + 1
                 if name == "zadd" and parts[1].endswith("__heartbeats__"):
                     self.fetches += 1  # the fetch script's first command
                 if name == "lpop" and len(parts) > 1:
@@ -160,6 +200,13 @@ def main() -> None:
             kind: round(n / SEQUENTIAL, 2) for kind, n in sorted(census.kinds.items())
         }
         results["sequential_fetch_scripts_per_call"] = round(census.fetches / SEQUENTIAL, 2)
+        results["sequential_by_script_per_call"] = {
+            script: {
+                "total": round(sum(counts.values()) / SEQUENTIAL, 2),
+                **{c: round(n / SEQUENTIAL, 2) for c, n in sorted(counts.items())},
+            }
+            for script, counts in sorted(census.by_script.items())
+        }
         print(json.dumps(results, indent=2))
     finally:
         r.close()

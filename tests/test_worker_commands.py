@@ -60,6 +60,20 @@ def test_a_batch_of_bodies_is_read_with_one_hmget(broker: FleetRedisBroker) -> N
     assert broker.client.scard(f"{NS}:__acks__.{broker.broker_id}.{QUEUE}") == 3
 
 
+def test_a_batch_comes_off_the_queue_list_with_one_lpop(broker: FleetRedisBroker) -> None:
+    """A fetch asking for 4 of 3 queued messages pops the queue list once (LPOP with a count)."""
+    for _ in range(3):
+        broker.client.rpush(f"{NS}:{QUEUE}", str(uuid.uuid4()))
+    broker.client.config_resetstat()
+    pairs = broker.fetch_with_ids(QUEUE, 4)
+    counts = command_counts(broker.client)
+    assert len(pairs) == 3
+    assert counts.get("lpop") == 1
+    broker.client.config_resetstat()
+    assert broker.fetch_with_ids(QUEUE, 4) == []  # an empty queue: one LPOP, nothing else
+    assert command_counts(broker.client).get("lpop") == 1
+
+
 def test_a_gone_body_is_still_fetched_as_none(broker: FleetRedisBroker) -> None:
     """A fetched id whose body is missing comes back paired with None, in queue order."""
     publisher = Publisher(broker.client, NS)

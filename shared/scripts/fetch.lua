@@ -10,8 +10,8 @@
 -- number (its lane empty) is dropped, at most one per lane per token; a rotation found
 -- empty while a token waits is rebuilt once per call from the lanes' lengths (only a
 -- broken invariant leads there, e.g. lanes filled by a version without the rotation).
--- The batch's ids go to the acks set with one ``SADD`` and its bodies come back from one
--- ``HMGET``.
+-- The batch comes off the queue list with one ``LPOP <count>`` (Redis 6.2), its ids go to
+-- the acks set with one ``SADD`` and its bodies come back from one ``HMGET``.
 redis.call("zadd", KEYS[4], ARGV[3], ARGV[2])
 local lanes = #KEYS - 5
 local rebuilt = false
@@ -41,9 +41,8 @@ local function from_lanes()
     return false
 end
 local ids = {}
-for i = 1, math.min(tonumber(ARGV[1]), 1000) do
-    local id = redis.call("lpop", KEYS[1])
-    if not id then break end
+local popped = redis.call("lpop", KEYS[1], math.min(tonumber(ARGV[1]), 1000))
+for _, id in ipairs(popped or {}) do
     if id == "${TOKEN}" then id = from_lanes() end
     if id then
         ids[#ids + 1] = id
