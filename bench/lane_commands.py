@@ -78,7 +78,10 @@ def _script_names() -> dict[str, str]:
         "RESOLVED": RESOLVED.decode(),
         "WINDOW_MARK": WINDOW_MARK,
     }
-    names = {}
+    from dramatiq.brokers import redis as dramatiq_redis
+
+    dispatch = (Path(dramatiq_redis.__file__).parent / "redis" / "dispatch.lua").read_bytes()
+    names = {hashlib.sha1(dispatch).hexdigest(): "dramatiq dispatch"}  # noqa: S324
     for name in scripts.names():
         source = scripts.source(name, **constants)
         names[hashlib.sha1(source.encode()).hexdigest()] = name  # noqa: S324 - Redis's hash
@@ -88,13 +91,13 @@ def _script_names() -> dict[str, str]:
 class LpopCensus:
     """LPOPs by key kind, read from ``MONITOR`` (slows Redis: counts only)."""
 
-    def __init__(self, url: str, namespace: str) -> None:
+    def __init__(self, url: str, namespace: str, names: dict[str, str]) -> None:
         self.url = url
         self.namespace = namespace
         self.kinds: dict[str, int] = {}
         self.fetches = 0
         self.by_script: dict[str, dict[str, int]] = {}
-        self._names = _script_names()
+        self._names = names
         self._ready = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -153,6 +156,7 @@ class LpopCensus:
 
 
 def main() -> None:
+    names = _script_names()  # before the fleet starts: the scripts it loads
     procs = Procs()
     server = PrivateRedis(procs).start()
     namespace = f"lanebench-{uuid.uuid4().hex[:6]}"
@@ -192,7 +196,7 @@ def main() -> None:
             delta = counters_delta(before, redis_counters(r))
         results["sequential"] = _per_call(delta, SEQUENTIAL)
         with ToolClient(server.url, namespace=namespace) as seq:
-            census = LpopCensus(server.url, namespace).start()
+            census = LpopCensus(server.url, namespace, names).start()
             for i in range(SEQUENTIAL):
                 seq.call(ECHO, {"text": "m"}, context={"account": ACCOUNTS[i % 2]})
             census.stop()

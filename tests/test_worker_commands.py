@@ -11,10 +11,17 @@ import pytest
 import redis
 from dramatiq.broker import MessageProxy
 
+from conftest import Fleet
 from private_redis import Server, command_counts
 from toolfleet.producer.publish import Publisher
 from toolfleet.shared.cancels import REQUESTED, RESOLVED
-from toolfleet.shared.naming import actor_name_for, cancel_key, outcome_key
+from toolfleet.shared.naming import (
+    actor_name_for,
+    broker_heartbeats_key,
+    brokers_key,
+    cancel_key,
+    outcome_key,
+)
 from toolfleet.shared.wire import ToolCallRequest
 from toolfleet.worker.messaging.broker import FleetRedisBroker, make_broker
 from toolfleet.worker.pipeline.ledger import Posted, post_outcome
@@ -69,6 +76,7 @@ def test_a_batch_comes_off_the_queue_list_with_one_lpop(broker: FleetRedisBroker
     counts = command_counts(broker.client)
     assert len(pairs) == 3
     assert counts.get("lpop") == 1
+    assert "zadd" not in counts  # no broker heartbeat: the periodic one writes it
     broker.client.config_resetstat()
     assert broker.fetch_with_ids(QUEUE, 4) == []  # an empty queue: one LPOP, nothing else
     assert command_counts(broker.client).get("lpop") == 1
@@ -152,3 +160,19 @@ def test_the_finish_script_keeps_the_resolved_marker_rule(counting_server: Serve
             assert client.llen(reply) == (1 if expected == Posted.POSTED else 0)
     finally:
         client.close()
+
+
+def test_an_idle_fleet_keeps_its_broker_heartbeats_fresh(fleet: Fleet) -> None:
+    """With no fetch writing it, each process's periodic heartbeat keeps its broker alive."""
+    r = redis.Redis.from_url(fleet.redis_url)
+    try:
+        time.sleep(5.0)  # idle: the consumers block without fetching
+        brokers = {v.decode() for v in r.hvals(brokers_key(fleet.namespace))}
+        assert len(brokers) == fleet.processes
+        now_ms = time.time() * 1000
+        for broker_id in brokers:
+            beat = r.zscore(broker_heartbeats_key(fleet.namespace), broker_id)
+            # heartbeat_interval_s is 2 s by default; Dramatiq calls a broker dead after 15 s
+            assert beat is not None and now_ms - beat < 10_000, (broker_id, beat)
+    finally:
+        r.close()

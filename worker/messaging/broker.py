@@ -10,7 +10,11 @@ fetch, which also takes from the queue's account lanes round-robin
 ran dry) it goes back to the wait, not to another fetch. A message whose call is answered is
 acknowledged in the script that posts the reply (Dramatiq's ``ack`` commands, on its
 keys), saving Dramatiq's own round trip. Message format, keys, acks, heartbeats and dead
-letters are Dramatiq's. A message that does not decode is dead-lettered on its own
+letters are Dramatiq's; the broker heartbeat Dramatiq writes on every fetch is written by
+the process's periodic heartbeat instead
+(:class:`~toolfleet.worker.supervision.heartbeat.CatalogPublisher`, every
+``heartbeat_interval_s``, well inside ``broker_heartbeat_timeout_s``), so a fetch costs
+no heartbeat command. A message that does not decode is dead-lettered on its own
 instead of failing the consumer (which would strand the messages fetched with it until
 Dramatiq noticed the worker as dead). So is one that decodes but that Dramatiq's worker
 could not handle safely (see :func:`unusable`): Dramatiq trusts the message's fields,
@@ -40,7 +44,7 @@ from dramatiq.message import Message
 from dramatiq.middleware import CurrentMessage, ShutdownNotifications
 
 from toolfleet.shared import scripts
-from toolfleet.shared.naming import acks_key, broker_heartbeats_key, queue_key, queue_msgs_key
+from toolfleet.shared.naming import acks_key, queue_key, queue_msgs_key
 from toolfleet.shared.tenancy.lanes import TOKEN, lane_keys, lanes_active_key
 from toolfleet.worker.messaging.middleware import FleetMiddleware
 from toolfleet.worker.pipeline.ledger import InlineAck
@@ -310,12 +314,10 @@ class FleetRedisBroker(RedisBroker):
             queue_key(self.namespace, queue_name),
             self._acks_key(queue_name),
             queue_msgs_key(self.namespace, queue_name),
-            broker_heartbeats_key(self.namespace),
             lanes_active_key(self.namespace, queue_name),
             *lane_keys(self.namespace, queue_name),
         ]
-        now_ms = int(time.time() * 1000)
-        flat = self._fetch_script(keys, [count, self.broker_id, now_ms])
+        flat = self._fetch_script(keys, [count])
         pairs = []
         for i in range(0, len(flat), 2):
             redis_id = flat[i].decode() if isinstance(flat[i], bytes) else str(flat[i])
