@@ -13,6 +13,7 @@ from dramatiq.broker import MessageProxy
 
 from conftest import Fleet
 from private_redis import Server, command_counts
+from toolfleet.producer import ToolClient
 from toolfleet.producer.publish import Publisher
 from toolfleet.shared.cancels import REQUESTED, RESOLVED
 from toolfleet.shared.naming import (
@@ -20,11 +21,12 @@ from toolfleet.shared.naming import (
     broker_heartbeats_key,
     brokers_key,
     cancel_key,
+    inflight_key,
     outcome_key,
 )
-from toolfleet.shared.wire import ToolCallRequest
+from toolfleet.shared.wire import Status, ToolCallRequest
 from toolfleet.worker.messaging.broker import FleetRedisBroker, make_broker
-from toolfleet.worker.pipeline.ledger import Posted, post_outcome
+from toolfleet.worker.pipeline.ledger import INFLIGHT_TTL_S, InFlight, Ledger, Posted, post_outcome
 
 QUEUE = "tools.commands"
 NS = "tfcommands"
@@ -174,5 +176,54 @@ def test_an_idle_fleet_keeps_its_broker_heartbeats_fresh(fleet: Fleet) -> None:
             beat = r.zscore(broker_heartbeats_key(fleet.namespace), broker_id)
             # heartbeat_interval_s is 2 s by default; Dramatiq calls a broker dead after 15 s
             assert beat is not None and now_ms - beat < 10_000, (broker_id, beat)
+    finally:
+        r.close()
+
+
+def test_a_claim_reads_outcome_and_cancel_with_one_mget_and_sets_no_ttl(
+    counting_server: Server,
+) -> None:
+    """A claim costs one MGET (outcome, cancel marker), the SET NX and the record; no EXPIRE."""
+    client = redis.Redis.from_url(counting_server.url)
+    try:
+        ledger = Ledger(client, NS, "w:1", reply_ttl_s=60, worker_ttl_s=10)
+        request = _request()
+        record = InFlight(id=request.id, function=request.function, reply_to=request.reply_to,
+                          answer_by=time.time() + 30, limit_s=30)  # fmt: skip
+        client.set(cancel_key(NS, request.id), REQUESTED)
+        client.config_resetstat()
+        claim = ledger.claim(request, QUEUE, ledger.new_token(), record)
+        counts = command_counts(client)
+        assert claim.acquired and claim.cancel == REQUESTED
+        assert counts.get("mget") == 1 and "get" not in counts
+        assert counts.get("set") == 1 and counts.get("hset") == 1
+        assert "expire" not in counts
+        assert client.hexists(inflight_key(NS, "w:1"), request.id)
+        again = ledger.claim(request, QUEUE, ledger.new_token(), record)
+        assert not again.acquired and again.owner == "w:1"
+        client.set(outcome_key(NS, request.id), b"done")
+        answered = ledger.claim(request, QUEUE, ledger.new_token(), record)
+        assert answered.outcome == b"done" and answered.cancel == REQUESTED
+    finally:
+        client.delete(inflight_key(NS, "w:1"), cancel_key(NS, request.id))
+        client.close()
+
+
+def test_a_running_call_s_in_flight_hash_gets_its_ttl_from_the_heartbeat(
+    fleet: Fleet,
+) -> None:
+    """While a call runs across a heartbeat, its process's in-flight hash has a TTL."""
+    r = redis.Redis.from_url(fleet.redis_url)
+    try:
+        with ToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
+            future = client.submit("ext_fleet_test_sleep", {"seconds": 0.9}, timeout_s=20)
+            ttls: list[int] = []
+            while not future.done() and not any(ttl > 0 for ttl in ttls):
+                # heartbeats come every 0.5 s in tests: at least one during the call
+                keys = r.scan_iter(match=inflight_key(fleet.namespace, "*"))
+                ttls += [r.ttl(key) for key in keys if r.hlen(key)]
+                time.sleep(0.02)
+            assert future.result().status == Status.OK
+        assert any(0 < ttl <= INFLIGHT_TTL_S for ttl in ttls), ttls
     finally:
         r.close()

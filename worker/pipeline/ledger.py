@@ -52,6 +52,7 @@ from toolfleet.shared.wire import ReplyEnvelope, ToolCallRequest, ToolCallResult
 from toolfleet.worker.pipeline.replies import push_reply
 
 __all__ = [
+    "INFLIGHT_TTL_S",
     "MIN_ANSWER_S",
     "Claim",
     "InFlight",
@@ -68,6 +69,9 @@ T = TypeVar("T")
 
 #: Seconds between attempts while Redis is unreachable (the last one repeats).
 RETRY_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
+#: Seconds the in-flight hash of a process outlives its last heartbeat: the longest a call
+#: may run, plus the deadline slack (each heartbeat sets it, not each claim).
+INFLIGHT_TTL_S = int(MAX_TIMEOUT_S + DEADLINE_SLACK_S)
 #: An in-flight record's ``answer_by`` is at least this many seconds after its claim: the
 #: watchdog never answers a call sooner (and, idle, need not look more often).
 MIN_ANSWER_S = 0.5
