@@ -220,7 +220,8 @@ def test_a_running_call_s_in_flight_hash_gets_its_ttl_from_the_heartbeat(
             ttls: list[int] = []
             while not future.done() and not any(ttl > 0 for ttl in ttls):
                 # heartbeats come every 0.5 s in tests: at least one during the call
-                keys = r.scan_iter(match=inflight_key(fleet.namespace, "*"))
+                workers = [w.decode() for w in r.hkeys(brokers_key(fleet.namespace))]
+                keys = [inflight_key(fleet.namespace, worker) for worker in workers]
                 ttls += [r.ttl(key) for key in keys if r.hlen(key)]
                 time.sleep(0.02)
             assert future.result().status == Status.OK
