@@ -256,12 +256,10 @@ class Stress:
 def _doubling(client: ToolClient) -> None:
     """Make ``client`` publish every message twice (a duplicate delivery of each call)."""
     publisher = client._publisher  # noqa: SLF001 - the stress wraps the client's own publisher
-    publish_many: Callable[[Sequence[tuple[str, ToolCallRequest]]], list[Any]] = (
-        publisher.publish_many
-    )
+    publish_many: Callable[..., list[Any]] = publisher.publish_many
 
-    def twice(items: Sequence[tuple[str, ToolCallRequest]]) -> list[Any]:
-        outcomes = publish_many([*items, *items])
+    def twice(items: Sequence[tuple[str, ToolCallRequest]], *args: Any) -> list[Any]:
+        outcomes = publish_many([*items, *items], *args)
         return outcomes[: len(items)]
 
     publisher.publish_many = twice  # type: ignore[method-assign]

@@ -7,7 +7,8 @@ turn of 1,000 calls each, side by side) and 200 sequential calls, and prints the
 included), LPOP separately. Idle fleet traffic (blocking waits, heartbeats) is counted
 too; it is small next to 2,000 calls and the same before and after a change. A last
 phase of 200 more sequential calls runs under ``MONITOR`` to split the LPOPs by key
-(queue list, lane rotation, lanes, others such as reply lists).
+(queue list, lane rotation, lanes, others such as reply lists) and every command by the
+script it ran in (``EVALSHA`` and the commands inside it, by script name) or by name.
 
     .venv/bin/python bench/lane_commands.py
 """
@@ -58,17 +59,45 @@ def _per_call(delta: dict[str, Any], calls: int) -> dict[str, float]:
         "llen_per_call": round(per.get("llen", 0) / calls, 2),
         "rpush_per_call": round(per.get("rpush", 0) / calls, 2),
         "evalsha_per_call": round(per.get("evalsha", 0) / calls, 2),
+        "per_command_per_call": {c: round(n / calls, 2) for c, n in sorted(per.items())},
     }
+
+
+def _script_names() -> dict[str, str]:
+    """SHA1 -> name of every packaged script, with the constants its users fill in."""
+    import hashlib
+
+    from toolfleet.shared import scripts
+    from toolfleet.shared.cancels import REQUESTED, RESOLVED
+    from toolfleet.shared.catalog_epoch import WINDOW_MARK
+    from toolfleet.shared.tenancy.lanes import TOKEN
+
+    constants = {
+        "TOKEN": TOKEN,
+        "REQUESTED": REQUESTED.decode(),
+        "RESOLVED": RESOLVED.decode(),
+        "WINDOW_MARK": WINDOW_MARK,
+    }
+    from dramatiq.brokers import redis as dramatiq_redis
+
+    dispatch = (Path(dramatiq_redis.__file__).parent / "redis" / "dispatch.lua").read_bytes()
+    names = {hashlib.sha1(dispatch).hexdigest(): "dramatiq dispatch"}  # noqa: S324
+    for name in scripts.names():
+        source = scripts.source(name, **constants)
+        names[hashlib.sha1(source.encode()).hexdigest()] = name  # noqa: S324 - Redis's hash
+    return names
 
 
 class LpopCensus:
     """LPOPs by key kind, read from ``MONITOR`` (slows Redis: counts only)."""
 
-    def __init__(self, url: str, namespace: str) -> None:
+    def __init__(self, url: str, namespace: str, names: dict[str, str]) -> None:
         self.url = url
         self.namespace = namespace
         self.kinds: dict[str, int] = {}
         self.fetches = 0
+        self.by_script: dict[str, dict[str, int]] = {}
+        self._names = names
         self._ready = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -86,9 +115,23 @@ class LpopCensus:
         client = redis.Redis.from_url(self.url)
         with client.monitor() as monitor:
             self._ready.set()
+            script = "-"
             while not self._stop.is_set():
-                parts = str(monitor.next_command()["command"]).split()
+                line = monitor.next_command()
+                parts = str(line["command"]).split()
                 name = parts[0].lower() if parts else ""
+                if line["client_type"] != "lua":
+                    script = "-"
+                    if name == "evalsha" and len(parts) > 1:
+                        script = self._names.get(parts[1], parts[1][:12])
+                    elif name == "eval":
+                        script = "(eval)"
+                if line["client_type"] == "lua" or script != "-":
+                    counts = self.by_script.setdefault(script, {})
+                    counts[name] = counts.get(name, 0) + 1
+                else:
+                    counts = self.by_script.setdefault("(no script)", {})
+                    counts[name] = counts.get(name, 0) + 1
                 if name == "zadd" and parts[1].endswith("__heartbeats__"):
                     self.fetches += 1  # the fetch script's first command
                 if name == "lpop" and len(parts) > 1:
@@ -113,6 +156,7 @@ class LpopCensus:
 
 
 def main() -> None:
+    names = _script_names()  # before the fleet starts: the scripts it loads
     procs = Procs()
     server = PrivateRedis(procs).start()
     namespace = f"lanebench-{uuid.uuid4().hex[:6]}"
@@ -152,7 +196,7 @@ def main() -> None:
             delta = counters_delta(before, redis_counters(r))
         results["sequential"] = _per_call(delta, SEQUENTIAL)
         with ToolClient(server.url, namespace=namespace) as seq:
-            census = LpopCensus(server.url, namespace).start()
+            census = LpopCensus(server.url, namespace, names).start()
             for i in range(SEQUENTIAL):
                 seq.call(ECHO, {"text": "m"}, context={"account": ACCOUNTS[i % 2]})
             census.stop()
@@ -160,6 +204,13 @@ def main() -> None:
             kind: round(n / SEQUENTIAL, 2) for kind, n in sorted(census.kinds.items())
         }
         results["sequential_fetch_scripts_per_call"] = round(census.fetches / SEQUENTIAL, 2)
+        results["sequential_by_script_per_call"] = {
+            script: {
+                "total": round(sum(counts.values()) / SEQUENTIAL, 2),
+                **{c: round(n / SEQUENTIAL, 2) for c, n in sorted(counts.items())},
+            }
+            for script, counts in sorted(census.by_script.items())
+        }
         print(json.dumps(results, indent=2))
     finally:
         r.close()

@@ -159,8 +159,9 @@ class AsyncReplyListener:
                     item = await client.blpop([self.key], timeout=MAX_WAIT_S)
                     if item is not None:
                         self._deliver([item[1]])  # resolve the first reply before draining
-                        more: Any = await client.lpop(self.key, DRAIN_BATCH)
-                        self._deliver(list(more or []))
+                        if self.table.in_flight:  # more replies due: take those already here
+                            more: Any = await client.lpop(self.key, DRAIN_BATCH)
+                            self._deliver(list(more or []))
                     backoff = 0.05
                 except redis.RedisError as exc:
                     log.warning("reply listener: %s; reconnecting in %.2f s", exc, backoff)

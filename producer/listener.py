@@ -124,7 +124,8 @@ class ReplyListener:
                 item: Any = client.blpop([self.key], timeout=MAX_WAIT_S)
                 if item is not None:
                     self._deliver([item[1]])  # resolve the first reply before draining
-                    self._deliver(list(client.lpop(self.key, DRAIN_BATCH) or []))  # type: ignore[arg-type]
+                    if self.table.in_flight:  # more replies due: take those already here
+                        self._deliver(list(client.lpop(self.key, DRAIN_BATCH) or []))  # type: ignore[arg-type]
                 backoff = 0.05
             except redis.RedisError as exc:
                 log.warning("reply listener: %s; reconnecting in %.2f s", exc, backoff)

@@ -13,7 +13,9 @@ comes back as a :class:`~toolfleet.shared.tenancy.enqueue.Refused` (nothing publ
 A pipeline sends ``EVALSHA`` alone: redis-py's ``Script`` on a pipeline would send
 ``SCRIPT EXISTS`` before every batch. The replies that come back ``NOSCRIPT`` (Redis
 restarted or ran ``SCRIPT FLUSH``: the script did not run, nothing was written) are sent
-again, once, after ``SCRIPT LOAD``.
+again, once, after ``SCRIPT LOAD``. A reply that asks for the outcome keys of the calls
+filling an in-flight quota (:func:`~toolfleet.shared.tenancy.enqueue.recheck`) is sent
+again with them, in one more pipeline for all such replies of a batch.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from toolfleet.shared.tenancy.enqueue import (
     QuotaDefaults,
     Refused,
     enqueue_call,
+    recheck,
     refused,
 )
 from toolfleet.shared.wire import ToolCallRequest
@@ -113,6 +116,18 @@ def _unloaded(replies: Sequence[Any]) -> list[int]:
     ]
 
 
+def _rechecks(
+    namespace: str, calls: Sequence[tuple[list[str], list[Any]]], replies: Sequence[Any]
+) -> dict[int, tuple[list[str], list[Any]]]:
+    """The positions of the replies that ask to run again, with the call to run there."""
+    again = {}
+    for i, (call, reply) in enumerate(zip(calls, replies, strict=True)):
+        rerun = recheck(namespace, call, reply)
+        if rerun is not None:
+            again[i] = rerun
+    return again
+
+
 def _outcome(reply: Any) -> Outcome:
     if isinstance(reply, BaseException):
         return reply
@@ -142,7 +157,11 @@ class Publisher:
             redis.RedisError: Redis could not be reached.
         """
         keys, args = self._dispatch.call(queue, request)
-        return refused(self._script(keys=keys, args=args))
+        reply = self._script(keys=keys, args=args)
+        rerun = recheck(self._dispatch.namespace, (keys, args), reply)
+        if rerun is not None:
+            reply = self._script(keys=rerun[0], args=rerun[1])
+        return refused(reply)
 
     def publish_many(
         self, items: Sequence[tuple[str, ToolCallRequest]], no_breaker: Container[str] = ()
@@ -169,6 +188,10 @@ class Publisher:
                 self._script.sha = self._client.script_load(ENQUEUE_SCRIPT)
                 again = self._execute([calls[i] for i in missing])
                 for i, reply in zip(missing, again, strict=True):
+                    replies[i] = reply
+            if reruns := _rechecks(self._dispatch.namespace, calls, replies):
+                rerun = self._execute(list(reruns.values()))
+                for i, reply in zip(reruns, rerun, strict=True):
                     replies[i] = reply
             outcomes.extend(_outcome(r) for r in replies)
         return outcomes
@@ -268,6 +291,10 @@ class AsyncPublisher:
                         self._script.sha = await self._client.script_load(ENQUEUE_SCRIPT)
                         again = await self._execute([calls[i] for i in missing])
                         for i, reply in zip(missing, again, strict=True):
+                            replies[i] = reply
+                    if reruns := _rechecks(self._dispatch.namespace, calls, replies):
+                        rerun = await self._execute(list(reruns.values()))
+                        for i, reply in zip(reruns, rerun, strict=True):
                             replies[i] = reply
                 except Exception as exc:  # noqa: BLE001 - handed to every waiting publisher
                     replies = [exc] * len(batch)

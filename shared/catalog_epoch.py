@@ -28,30 +28,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from toolfleet.shared import scripts
+
 __all__ = ["REPUBLISH_SCRIPT", "WINDOW_MARK", "recovering_functions"]
 
 #: The member that marks the recovery window open (not a function name: those never
 #: contain ``*``).
 WINDOW_MARK = "*"
 
-#: KEYS: epoch key, recovering key. ARGV: a fresh epoch id, the window in milliseconds
-#: (one worker TTL), the epoch this worker knows ("" on its first beat), and the
-#: function names it remembers from that epoch, one per line. Returns the current epoch.
-REPUBLISH_SCRIPT = """
-local current = redis.call('GET', KEYS[1])
-if not current then
-  current = ARGV[1]
-  redis.call('SET', KEYS[1], current)
-  redis.call('SADD', KEYS[2], '*')
-  redis.call('PEXPIRE', KEYS[2], ARGV[2])
-end
-if ARGV[3] ~= '' and ARGV[3] ~= current and redis.call('EXISTS', KEYS[2]) == 1 then
-  for name in string.gmatch(ARGV[4], '[^\\n]+') do
-    redis.call('SADD', KEYS[2], name)
-  end
-end
-return current
-"""
+#: The source of ``republish.lua`` (KEYS: epoch key, recovering key; ARGV: a fresh epoch
+#: id, the window in milliseconds, the epoch this worker knows, the function names it
+#: remembers from that epoch, one per line). Returns the current epoch.
+REPUBLISH_SCRIPT = scripts.source("republish", WINDOW_MARK=WINDOW_MARK)
 
 
 def recovering_functions(members: Iterable[bytes | str]) -> frozenset[str] | None:

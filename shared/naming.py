@@ -23,6 +23,10 @@ Redis keys (``ns`` is the namespace, default ``toolfleet``)::
     <ns>:slots                   hash: slot queue -> the queue it stands in for (affinity)
     <ns>:worker_info             hash: worker id -> what its last heartbeat said (JSON)
     <ns>:agg:<minute>            hash: one minute's call aggregates (toolfleet.shared.aggregates)
+    <ns>:limits                  hash: quota scope -> its quota (JSON)
+    <ns>:quota:inflight:<scope>  sorted set: a scope's calls in flight -> deadline (ms)
+    <ns>:quota:rate:<scope>      a scope's rate counter (theoretical arrival time, ms)
+    <ns>:breaker:<function>      hash: a tool's breaker state
 """
 
 from __future__ import annotations
@@ -67,7 +71,9 @@ __all__ = [
     "outcome_key",
     "queue_key",
     "queue_msgs_key",
+    "quota_inflight_key",
     "quota_key",
+    "quota_rate_key",
     "reply_key",
     "sanitize_slug",
     "slot_lock_key",
@@ -374,6 +380,16 @@ def limits_key(namespace: str) -> str:
 def quota_key(namespace: str, scope: str) -> str:
     """The usage counters of one quota scope (with ``scope=""``: the prefix of them all)."""
     return f"{namespace}:quota:{scope}"
+
+
+def quota_inflight_key(namespace: str, scope: str) -> str:
+    """The sorted set of one quota scope's calls in flight: call id -> deadline (epoch ms)."""
+    return quota_key(namespace, f"inflight:{scope}")
+
+
+def quota_rate_key(namespace: str, scope: str) -> str:
+    """The rate counter of one quota scope: its theoretical arrival time (epoch ms)."""
+    return quota_key(namespace, f"rate:{scope}")
 
 
 def breaker_key(namespace: str, function: str) -> str:

@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 
 import pytest
 import redis
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from toolfleet.producer import AsyncToolClient, CallEvent, ToolClient
 from toolfleet.shared import ToolCallResult, codec
@@ -26,7 +27,44 @@ from toolfleet.shared.naming import actor_name_for, catalog_key, workers_key
 from toolfleet.shared.urls import redacted_url
 
 TESTS = Path(__file__).resolve().parent
-BFCL_DATA = TESTS.parents[1] / "shared" / "data" / "bfcl"
+
+
+class TestData(BaseSettings):
+    """Data the repository does not ship, named like every setting (``TOOLFLEET_*``).
+
+    Attributes:
+        bfcl_dir: ``TOOLFLEET_BFCL_DIR``, a folder holding the BFCL files (``BFCL_v3_*.json``,
+            ``possible_answer/``, and the expected results under ``derived/``); ``None``
+            skips the tests that replay them.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="TOOLFLEET_", extra="ignore")
+
+    bfcl_dir: Path | None = None
+
+
+BFCL_DATA: Path | None = TestData().bfcl_dir
+BFCL_SOURCE = (
+    "https://github.com/ShishirPatil/gorilla/tree/main/berkeley-function-call-leaderboard/data"
+)
+
+
+def bfcl_missing(what: str) -> str:
+    """The skip message of a test that needs BFCL data: what is missing and how to name it."""
+    where = "TOOLFLEET_BFCL_DIR is not set" if BFCL_DATA is None else f"not in {BFCL_DATA}"
+    return (
+        f"BFCL data: {what} ({where}); set TOOLFLEET_BFCL_DIR to a folder holding the BFCL "
+        f"files (public ones: {BFCL_SOURCE})"
+    )
+
+
+def bfcl_file(*parts: str) -> Path:
+    """``parts`` under ``TOOLFLEET_BFCL_DIR``, or skip the test (data, not an install)."""
+    if BFCL_DATA is None or not BFCL_DATA.joinpath(*parts).is_file():
+        pytest.skip(bfcl_missing("/".join(parts)))
+    return BFCL_DATA.joinpath(*parts)
+
+
 TEST_QUEUE = "tools.fleet-test"
 #: A function the ``idle_namespace`` catalog lists on a queue nobody consumes.
 IDLE = "ext_idle_noop"

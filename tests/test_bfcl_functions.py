@@ -1,7 +1,7 @@
 """The ``bfcl`` extension against BFCL's exec data and the FUNCTIONS.md specification.
 
-The expected results live in ``/work/shared/data/bfcl`` (outside the repository); the
-data-driven tests skip with a clear message when that folder is absent.
+The expected results live in the folder ``TOOLFLEET_BFCL_DIR`` names (outside the repository);
+the data-driven tests skip with a message saying so when it is not set or lacks them.
 """
 
 from __future__ import annotations
@@ -16,17 +16,15 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from conftest import BFCL_DATA, bfcl_missing
 from toolfleet.extensions.bfcl import TOOLS, extension
 from toolfleet.extensions.bfcl.geometry import PolygonArea, PolygonAreaArguments
 from toolfleet.shared import ExtensionContext, ExtensionToolError, Tool
 from toolfleet.worker.devtools.replay_match import bit_exact
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "bfcl"
-EXPECTED_FILE = DATA_DIR / "derived" / "BFCL_v3_exec_expected_results.jsonl"
-MISSING = (
-    f"BFCL data not found at {DATA_DIR}: expected {EXPECTED_FILE.name} under derived/ "
-    "(see shared/data/bfcl/SOURCE.md for where the data comes from)"
-)
+EXPECTED = Path("derived") / "BFCL_v3_exec_expected_results.jsonl"
+EXPECTED_FILE = None if BFCL_DATA is None else BFCL_DATA / EXPECTED
+MISSING = bfcl_missing(str(EXPECTED))
 REL_TOL = 1e-9
 
 TOOLS_BY_NAME: dict[str, type[Tool]] = {tool.name: tool for tool in TOOLS}
@@ -69,7 +67,7 @@ OFFLINE_NAMES = {
 
 def _offline_calls() -> list[dict[str, Any]]:
     """Every offline call of the derived file, with its entry id; [] without the data."""
-    if not EXPECTED_FILE.is_file():
+    if EXPECTED_FILE is None or not EXPECTED_FILE.is_file():
         return []
     calls: list[dict[str, Any]] = []
     with EXPECTED_FILE.open(encoding="utf-8") as lines:

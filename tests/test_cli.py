@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BFCL_DATA, Fleet, toolfleet_command
+from conftest import Fleet, bfcl_file, toolfleet_command
 from proctree import all_gone, cmdline, descendants
 from toolfleet.worker.devtools.embedded_redis import redis_server_binary
 
@@ -144,9 +144,8 @@ def test_demo_on_embedded_redis_prints_table_and_leaves_nothing_behind() -> None
 
 def test_demo_replays_bfcl_exec_files() -> None:
     """All offline BFCL exec calls come back correct, network calls unknown_function."""
-    files = [BFCL_DATA / f"BFCL_v3_exec_{c}.json" for c in ("simple", "multiple", "parallel")]
-    if not all(f.exists() for f in files):
-        pytest.skip(f"BFCL data not found in {BFCL_DATA} (../shared/data is not part of the repo)")
+    files = [bfcl_file(f"BFCL_v3_exec_{c}.json") for c in ("simple", "multiple", "parallel")]
+    bfcl_file("derived", "BFCL_v3_exec_expected_results.jsonl")
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
     out = subprocess.run(
         [toolfleet_command(), "demo", *map(str, files)],

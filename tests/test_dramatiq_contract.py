@@ -167,8 +167,6 @@ def test_dispatch_commands_and_key_layout(broker: FleetRedisBroker, ns: str) -> 
     assert broker.fetch_with_ids(QUEUE, 10) == [(message_id, body)]
     assert r.llen(queue_key) == 0 and r.smembers(acks_key) == {message_id.encode()}
     assert sum(r.llen(lane) for lane in _lanes(ns)) == 0
-    beat = r.zscore(f"{ns}:__heartbeats__", broker.broker_id)
-    assert beat is not None and abs(beat - time.time() * 1000) < 60_000
 
     broker.do_requeue(QUEUE, message_id)  # requeue: acks → back on the queue list itself
     assert r.lrange(queue_key, 0, -1) == [message_id.encode()] and not r.smembers(acks_key)

@@ -172,6 +172,15 @@ def test_wheel_holds_only_toolfleet_and_every_subpackage(wheel: Path) -> None:
     assert not any(n.startswith(("toolfleet/tests", "toolfleet/deploy")) for n in names)
 
 
+def test_wheel_ships_every_lua_script(wheel: Path) -> None:
+    """Every Redis script of the work tree is in the wheel, where its loader reads it."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    scripts = sorted((ROOT / "shared" / "scripts").glob("*.lua"))
+    assert len(scripts) >= 11
+    for script in scripts:
+        assert f"toolfleet/shared/scripts/{script.name}" in names, script.name
+
+
 def test_base_requirements_leave_out_worker_and_demo_packages(wheel: Path) -> None:
     """The wheel's requirements without extras name no worker, CLI or embedded-server package."""
     base = {r.name.lower() for r in wheel_requirements(wheel) if applies(r, set())}

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
@@ -72,7 +74,10 @@ def test_an_account_s_quota_scopes_are_read_in_one_hmget_and_still_enforced(
         client.close()
     assert first is None
     assert second is not None and second.reason == "in_flight"
-    assert calls.get("hmget") == 4  # per call: the quota fields, the breaker
+    # per run: the quota fields, the breaker; the full scope's call runs twice, the second
+    # time with the outcome key of the call holding the scope (one EXISTS)
+    assert calls.get("hmget") == 6
+    assert calls.get("evalsha") == 3 and calls.get("exists") == 1
     assert "hget" not in calls
 
 
@@ -116,3 +121,62 @@ def test_a_flushed_script_is_loaded_again_and_calls_still_succeed(
     for calls in (sync_flushed, async_flushed):
         assert "script|exists" not in calls, calls
         assert calls.get("script|load", 0) >= 1, calls  # the producer's and the worker's
+
+
+def _reply_pops(url: str, ns: str, calls: Callable[[], None]) -> dict[str, int]:
+    """``BLPOP`` and ``LPOP`` on reply lists of ``ns`` while ``calls`` runs (``MONITOR``)."""
+    seen = {"blpop": 0, "lpop": 0}
+    ready, stop = threading.Event(), threading.Event()
+
+    def watch() -> None:
+        watcher = redis.Redis.from_url(url)
+        with watcher.monitor() as monitor:
+            ready.set()
+            while not stop.is_set():
+                parts = str(monitor.next_command()["command"]).split()
+                name = parts[0].lower() if parts else ""
+                if name in seen and len(parts) > 1 and parts[1].startswith(f"{ns}:reply:"):
+                    seen[name] += 1
+        watcher.close()
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    assert ready.wait(5)
+    calls()
+    stop.set()
+    waker = redis.Redis.from_url(url)
+    while thread.is_alive():
+        waker.ping()
+        thread.join(0.05)
+    waker.close()
+    return seen
+
+
+def test_a_lone_call_s_reply_costs_one_blpop_and_no_drain(
+    counting_server: Server, tmp_path: Path
+) -> None:
+    """With no other call pending, the reply listener takes the reply without draining after it."""
+    ns = f"tfcount-{uuid.uuid4().hex[:6]}"
+    fleet = start_fleet(counting_server.url, ns, tmp_path / "fleet.log", processes=1, threads=2)
+    try:
+        with ToolClient(counting_server.url, namespace=ns) as client:
+            assert client.call(ECHO, {"text": "warm"}).status is Status.OK
+
+            def sequential() -> None:
+                for i in range(5):
+                    assert client.call(ECHO, {"text": str(i)}).status is Status.OK
+
+            sync = _reply_pops(counting_server.url, ns, sequential)
+
+        async def main() -> None:
+            async with AsyncToolClient(counting_server.url, namespace=ns) as aclient:
+                assert (await aclient.call(ECHO, {"text": "warm"})).status is Status.OK
+                for i in range(5):
+                    assert (await aclient.call(ECHO, {"text": str(i)})).status is Status.OK
+
+        asynchronous = _reply_pops(counting_server.url, ns, lambda: asyncio.run(main()))
+    finally:
+        fleet.stop()
+    # 5 replies, each taken by a BLPOP (the first may have been waiting before MONITOR began)
+    assert sync["lpop"] == 0 and sync["blpop"] >= 4, sync
+    assert asynchronous["lpop"] == 0 and asynchronous["blpop"] >= 4, asynchronous

@@ -1,4 +1,5 @@
-"""The README's shell examples name commands the CLI has."""
+"""The shell examples of the README and the docs pages name commands the CLI has (the docs'
+shell blocks do not run: tests/test_docs.py runs the README's and the docs' python)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from conftest import TESTS
 from toolfleet.worker.cli.main import cli
 
 README = TESTS.parent / "README.md"
+PAGES = [README, *sorted((TESTS.parent / "docs").rglob("*.md"))]
 SHELL_FENCES = {"bash", "sh", "shell", "console"}
 
 
@@ -45,9 +47,9 @@ def _command_path(line: str) -> list[str]:
 
 
 def test_every_toolfleet_command_in_the_readme_exists() -> None:
-    """Each `toolfleet ...` line of the README's shell blocks names a real command, and
-    `toolfleet <command> --help` exits 0."""
-    lines = _shell_lines(README.read_text())
+    """Each `toolfleet ...` line of the shell blocks of the README and the docs names a real
+    command, and `toolfleet <command> --help` exits 0."""
+    lines = [line for page in PAGES for line in _shell_lines(page.read_text())]
     assert len(lines) >= 5, lines
     runner = CliRunner()
     for line in lines:

@@ -1,7 +1,7 @@
 """Schema import: BFCL dialect → JSON Schema → pydantic model, on unit cases and on BFCL data.
 
-The data tests read ``shared/data/bfcl`` beside the repository (``SOURCE.md`` there says
-where it comes from) and skip with a clear message when it is absent.
+The data tests read the BFCL folder ``TOOLFLEET_BFCL_DIR`` names and skip with a message
+saying so when it is not set or lacks a file.
 
 Argument sets come from the AST answers (``possible_answer/BFCL_v3_{simple,parallel,
 multiple}.json``: ``{func_name: {param: [accepted values...]}}``, ``""`` = may be
@@ -32,6 +32,7 @@ from jsonschema import Draft202012Validator
 from pydantic import BaseModel, ValidationError
 
 import toolfleet.shared.schema as schema_pkg
+from conftest import bfcl_file
 from toolfleet.shared.schema import (
     FunctionDefinition,
     FunctionNameMap,
@@ -43,7 +44,6 @@ from toolfleet.shared.schema import (
     sanitize_function_name,
 )
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "bfcl"
 AST_FILES = ("BFCL_v3_simple.json", "BFCL_v3_parallel.json", "BFCL_v3_multiple.json")
 EXEC_FILES = (
     "BFCL_v3_exec_simple.json",
@@ -124,14 +124,8 @@ EXEC_DECLARATION_DEFECTS = {
 
 
 def data_file(*parts: str) -> Path:
-    """The data file ``parts`` under DATA_DIR, or skip the test when it is absent."""
-    path = DATA_DIR.joinpath(*parts)
-    if not path.is_file():
-        pytest.skip(
-            f"BFCL data not found: {path} is missing (expected the BFCL folder at {DATA_DIR}; "
-            "see shared/data/bfcl/SOURCE.md)"
-        )
-    return path
+    """The data file ``parts`` under ``TOOLFLEET_BFCL_DIR``, or skip the test when it is absent."""
+    return bfcl_file(*parts)
 
 
 def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:

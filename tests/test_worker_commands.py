@@ -11,13 +11,22 @@ import pytest
 import redis
 from dramatiq.broker import MessageProxy
 
+from conftest import Fleet
 from private_redis import Server, command_counts
+from toolfleet.producer import ToolClient
 from toolfleet.producer.publish import Publisher
 from toolfleet.shared.cancels import REQUESTED, RESOLVED
-from toolfleet.shared.naming import actor_name_for, cancel_key, outcome_key
-from toolfleet.shared.wire import ToolCallRequest
+from toolfleet.shared.naming import (
+    actor_name_for,
+    broker_heartbeats_key,
+    brokers_key,
+    cancel_key,
+    inflight_key,
+    outcome_key,
+)
+from toolfleet.shared.wire import Status, ToolCallRequest
 from toolfleet.worker.messaging.broker import FleetRedisBroker, make_broker
-from toolfleet.worker.pipeline.ledger import Posted, post_outcome
+from toolfleet.worker.pipeline.ledger import INFLIGHT_TTL_S, InFlight, Ledger, Posted, post_outcome
 
 QUEUE = "tools.commands"
 NS = "tfcommands"
@@ -58,6 +67,21 @@ def test_a_batch_of_bodies_is_read_with_one_hmget(broker: FleetRedisBroker) -> N
     assert "hget" not in counts
     assert counts.get("sadd") == 1
     assert broker.client.scard(f"{NS}:__acks__.{broker.broker_id}.{QUEUE}") == 3
+
+
+def test_a_batch_comes_off_the_queue_list_with_one_lpop(broker: FleetRedisBroker) -> None:
+    """A fetch asking for 4 of 3 queued messages pops the queue list once (LPOP with a count)."""
+    for _ in range(3):
+        broker.client.rpush(f"{NS}:{QUEUE}", str(uuid.uuid4()))
+    broker.client.config_resetstat()
+    pairs = broker.fetch_with_ids(QUEUE, 4)
+    counts = command_counts(broker.client)
+    assert len(pairs) == 3
+    assert counts.get("lpop") == 1
+    assert "zadd" not in counts  # no broker heartbeat: the periodic one writes it
+    broker.client.config_resetstat()
+    assert broker.fetch_with_ids(QUEUE, 4) == []  # an empty queue: one LPOP, nothing else
+    assert command_counts(broker.client).get("lpop") == 1
 
 
 def test_a_gone_body_is_still_fetched_as_none(broker: FleetRedisBroker) -> None:
@@ -138,3 +162,69 @@ def test_the_finish_script_keeps_the_resolved_marker_rule(counting_server: Serve
             assert client.llen(reply) == (1 if expected == Posted.POSTED else 0)
     finally:
         client.close()
+
+
+def test_an_idle_fleet_keeps_its_broker_heartbeats_fresh(fleet: Fleet) -> None:
+    """With no fetch writing it, each process's periodic heartbeat keeps its broker alive."""
+    r = redis.Redis.from_url(fleet.redis_url)
+    try:
+        time.sleep(5.0)  # idle: the consumers block without fetching
+        brokers = {v.decode() for v in r.hvals(brokers_key(fleet.namespace))}
+        assert len(brokers) == fleet.processes
+        now_ms = time.time() * 1000
+        for broker_id in brokers:
+            beat = r.zscore(broker_heartbeats_key(fleet.namespace), broker_id)
+            # heartbeat_interval_s is 2 s by default; Dramatiq calls a broker dead after 15 s
+            assert beat is not None and now_ms - beat < 10_000, (broker_id, beat)
+    finally:
+        r.close()
+
+
+def test_a_claim_reads_outcome_and_cancel_with_one_mget_and_sets_no_ttl(
+    counting_server: Server,
+) -> None:
+    """A claim costs one MGET (outcome, cancel marker), the SET NX and the record; no EXPIRE."""
+    client = redis.Redis.from_url(counting_server.url)
+    try:
+        ledger = Ledger(client, NS, "w:1", reply_ttl_s=60, worker_ttl_s=10)
+        request = _request()
+        record = InFlight(id=request.id, function=request.function, reply_to=request.reply_to,
+                          answer_by=time.time() + 30, limit_s=30)  # fmt: skip
+        client.set(cancel_key(NS, request.id), REQUESTED)
+        client.config_resetstat()
+        claim = ledger.claim(request, QUEUE, ledger.new_token(), record)
+        counts = command_counts(client)
+        assert claim.acquired and claim.cancel == REQUESTED
+        assert counts.get("mget") == 1 and "get" not in counts
+        assert counts.get("set") == 1 and counts.get("hset") == 1
+        assert "expire" not in counts
+        assert client.hexists(inflight_key(NS, "w:1"), request.id)
+        again = ledger.claim(request, QUEUE, ledger.new_token(), record)
+        assert not again.acquired and again.owner == "w:1"
+        client.set(outcome_key(NS, request.id), b"done")
+        answered = ledger.claim(request, QUEUE, ledger.new_token(), record)
+        assert answered.outcome == b"done" and answered.cancel == REQUESTED
+    finally:
+        client.delete(inflight_key(NS, "w:1"), cancel_key(NS, request.id))
+        client.close()
+
+
+def test_a_running_call_s_in_flight_hash_gets_its_ttl_from_the_heartbeat(
+    fleet: Fleet,
+) -> None:
+    """While a call runs across a heartbeat, its process's in-flight hash has a TTL."""
+    r = redis.Redis.from_url(fleet.redis_url)
+    try:
+        with ToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
+            future = client.submit("ext_fleet_test_sleep", {"seconds": 0.9}, timeout_s=20)
+            ttls: list[int] = []
+            while not future.done() and not any(ttl > 0 for ttl in ttls):
+                # heartbeats come every 0.5 s in tests: at least one during the call
+                workers = [w.decode() for w in r.hkeys(brokers_key(fleet.namespace))]
+                keys = [inflight_key(fleet.namespace, worker) for worker in workers]
+                ttls += [r.ttl(key) for key in keys if r.hlen(key)]
+                time.sleep(0.02)
+            assert future.result().status == Status.OK
+        assert any(0 < ttl <= INFLIGHT_TTL_S for ttl in ttls), ttls
+    finally:
+        r.close()

@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from toolfleet.shared import scripts
 from toolfleet.shared.cancels import REQUESTED, RESOLVED
 from toolfleet.shared.limits import DEADLINE_SLACK_S, MAX_TIMEOUT_S
 from toolfleet.shared.naming import cancel_channel, cancel_key, outcome_key, queue_msgs_key
@@ -68,24 +69,13 @@ def queue_foreign_cancel(pipe: Any, namespace: str, call_id: str, ttl_s: int) ->
     pipe.publish(cancel_channel(namespace), call_id)
 
 
-#: KEYS: the call's outcome, its caller's reply list, its cancel marker. ARGV: the
-#: ``canceled`` result envelope, outcome ttl (s), reply ttl (s), the cancel channel, the
-#: call id. Records the outcome and posts the reply only when no outcome exists (as the
-#: worker's finish script does, so the call has exactly one reply) and its producer did
-#: not resolve it itself (a marker other than ``REQUESTED``: nobody reads a reply); the
-#: ``RESOLVED`` marker and the channel message stop a worker that runs it meanwhile.
-#: Returns 1 when answered, 0 when the call had its outcome (or was resolved) already.
-CANCEL_QUEUED_SCRIPT = """
-if redis.call("exists", KEYS[1]) == 1 then return 0 end
-local marker = redis.call("get", KEYS[3])
-if marker and marker ~= "%(requested)s" then return 0 end
-redis.call("set", KEYS[1], ARGV[1], "EX", ARGV[2])
-redis.call("set", KEYS[3], "%(resolved)s", "EX", ARGV[2])
-redis.call("rpush", KEYS[2], ARGV[1])
-redis.call("expire", KEYS[2], ARGV[3])
-redis.call("publish", ARGV[4], ARGV[5])
-return 1
-""" % {"requested": REQUESTED.decode(), "resolved": RESOLVED.decode()}  # noqa: UP031
+#: The source of ``cancel_queued.lua``. It records the outcome and posts the reply only
+#: when no outcome exists (as the worker's finish script does, so the call has exactly one
+#: reply) and its producer did not resolve it itself (a marker other than ``REQUESTED``:
+#: nobody reads a reply).
+CANCEL_QUEUED_SCRIPT = scripts.source(
+    "cancel_queued", REQUESTED=REQUESTED.decode(), RESOLVED=RESOLVED.decode()
+)
 
 
 def queue_find_queued(pipe: Any, namespace: str, call_id: str, queues: Iterable[str]) -> None:

@@ -10,7 +10,11 @@ fetch, which also takes from the queue's account lanes round-robin
 ran dry) it goes back to the wait, not to another fetch. A message whose call is answered is
 acknowledged in the script that posts the reply (Dramatiq's ``ack`` commands, on its
 keys), saving Dramatiq's own round trip. Message format, keys, acks, heartbeats and dead
-letters are Dramatiq's. A message that does not decode is dead-lettered on its own
+letters are Dramatiq's; the broker heartbeat Dramatiq writes on every fetch is written by
+the process's periodic heartbeat instead
+(:class:`~toolfleet.worker.supervision.heartbeat.CatalogPublisher`, every
+``heartbeat_interval_s``, well inside ``broker_heartbeat_timeout_s``), so a fetch costs
+no heartbeat command. A message that does not decode is dead-lettered on its own
 instead of failing the consumer (which would strand the messages fetched with it until
 Dramatiq noticed the worker as dead). So is one that decodes but that Dramatiq's worker
 could not handle safely (see :func:`unusable`): Dramatiq trusts the message's fields,
@@ -39,7 +43,8 @@ from dramatiq.errors import ConnectionClosed
 from dramatiq.message import Message
 from dramatiq.middleware import CurrentMessage, ShutdownNotifications
 
-from toolfleet.shared.naming import acks_key, broker_heartbeats_key, queue_key, queue_msgs_key
+from toolfleet.shared import scripts
+from toolfleet.shared.naming import acks_key, queue_key, queue_msgs_key
 from toolfleet.shared.tenancy.lanes import TOKEN, lane_keys, lanes_active_key
 from toolfleet.worker.messaging.middleware import FleetMiddleware
 from toolfleet.worker.pipeline.ledger import InlineAck
@@ -229,68 +234,8 @@ def unusable(message: Message[Any], queue_name: str) -> str:
     return ""
 
 
-#: KEYS: queue list, this broker's acks set, messages hash, heartbeats, the lane rotation,
-#: then every lane, lane 0 first. ARGV: count, broker id, now (ms). Dramatiq's ``fetch``
-#: (pop ids, add them to the acks set, read the bodies) and its heartbeat, returning
-#: ``{id, body or false, id, body or false, ...}``; a lane token popped from the queue list
-#: is replaced by the head of the lane at the rotation's head, whose number goes back to
-#: the rotation's tail while the lane still holds ids (round robin over the non-empty
-#: lanes, O(1) commands per message; see :mod:`toolfleet.shared.tenancy.lanes`). A stale
-#: number (its lane empty) is dropped, at most one per lane per token; a rotation found
-#: empty while a token waits is rebuilt once per call from the lanes' lengths (only a
-#: broken invariant leads there, e.g. lanes filled by a version without the rotation).
-#: The batch's ids go to the acks set with one ``SADD`` and its bodies come back from one
-#: ``HMGET``.
-_FETCH_WITH_IDS = """
-redis.call("zadd", KEYS[4], ARGV[3], ARGV[2])
-local lanes = #KEYS - 5
-local rebuilt = false
-local function from_lanes()
-    for _ = 0, lanes do
-        local number = redis.call("lpop", KEYS[5])
-        if not number then
-            if rebuilt then return false end
-            rebuilt = true
-            for lane = 0, lanes - 1 do
-                if redis.call("llen", KEYS[6 + lane]) > 0 then
-                    redis.call("rpush", KEYS[5], lane)
-                end
-            end
-            number = redis.call("lpop", KEYS[5])
-            if not number then return false end
-        end
-        local lane = tonumber(number)
-        local key = lane and lane >= 0 and lane < lanes and KEYS[6 + lane]
-        if key then
-            local id = redis.call("lpop", key)
-            if id then
-                if redis.call("llen", key) > 0 then redis.call("rpush", KEYS[5], lane) end
-                return id
-            end
-        end
-    end
-    return false
-end
-local ids = {}
-for i = 1, math.min(tonumber(ARGV[1]), 1000) do
-    local id = redis.call("lpop", KEYS[1])
-    if not id then break end
-    if id == "%(token)s" then id = from_lanes() end
-    if id then
-        ids[#ids + 1] = id
-    end
-end
-local out = {}
-if #ids > 0 then
-    redis.call("sadd", KEYS[2], unpack(ids))
-    local bodies = redis.call("hmget", KEYS[3], unpack(ids))
-    for i = 1, #ids do
-        out[2 * i - 1] = ids[i]
-        out[2 * i] = bodies[i]
-    end
-end
-return out
-""".replace("%(token)s", TOKEN)
+#: ``fetch.lua`` (what it takes and returns is written at its head).
+_FETCH_WITH_IDS = scripts.source("fetch", TOKEN=TOKEN)
 
 
 def _mismatch(message: Message[Any], redis_id: str | None) -> str:
@@ -369,12 +314,10 @@ class FleetRedisBroker(RedisBroker):
             queue_key(self.namespace, queue_name),
             self._acks_key(queue_name),
             queue_msgs_key(self.namespace, queue_name),
-            broker_heartbeats_key(self.namespace),
             lanes_active_key(self.namespace, queue_name),
             *lane_keys(self.namespace, queue_name),
         ]
-        now_ms = int(time.time() * 1000)
-        flat = self._fetch_script(keys, [count, self.broker_id, now_ms])
+        flat = self._fetch_script(keys, [count])
         pairs = []
         for i in range(0, len(flat), 2):
             redis_id = flat[i].decode() if isinstance(flat[i], bytes) else str(flat[i])

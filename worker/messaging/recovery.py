@@ -28,6 +28,7 @@ import logging
 import redis
 from pydantic import ValidationError
 
+from toolfleet.shared import scripts
 from toolfleet.shared.naming import (
     acks_key,
     broker_heartbeats_key,
@@ -44,34 +45,11 @@ __all__ = ["forget_calls", "recover_dead_worker"]
 
 log = logging.getLogger("toolfleet.worker.recovery")
 
-#: KEYS: the dead broker's acks set of one queue, the queue list, the queue's messages hash.
-#: Moves every id of the acks set whose message still exists to the head of the queue (in
-#: the set's order), deletes the acks set, and returns how many ids moved.
-_REQUEUE_AT_HEAD = """
-local ids = redis.call("smembers", KEYS[1])
-local moved = 0
-for i = #ids, 1, -1 do
-    if redis.call("hexists", KEYS[3], ids[i]) > 0 then
-        redis.call("lpush", KEYS[2], ids[i])
-        moved = moved + 1
-    end
-end
-redis.call("del", KEYS[1])
-return moved
-"""
+#: ``requeue_at_head.lua`` (what it takes and returns is written at its head).
+_REQUEUE_AT_HEAD = scripts.source("requeue_at_head")
 
-#: KEYS: the dead worker's in-flight hash, then the slot set of each call of ARGV (in order).
-#: ARGV: the call ids. Removes each call's lease from its tool's slot set (a tool without a
-#: concurrency limit has no such set: a no-op), deletes the in-flight hash, and returns how
-#: many leases it removed.
-_FORGET_CALLS = """
-local freed = 0
-for i = 1, #ARGV do
-    freed = freed + redis.call("zrem", KEYS[i + 1], ARGV[i])
-end
-redis.call("del", KEYS[1])
-return freed
-"""
+#: ``forget_calls.lua`` (what it takes and returns is written at its head).
+_FORGET_CALLS = scripts.source("forget_calls")
 
 
 def forget_calls(client: redis.Redis, namespace: str, worker_id: str) -> int:

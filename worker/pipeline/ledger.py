@@ -35,9 +35,8 @@ from typing import Any, TypeVar
 
 import redis
 from pydantic import BaseModel
-from redis.commands.core import Script
 
-from toolfleet.shared import codec
+from toolfleet.shared import codec, scripts
 from toolfleet.shared.cancels import REQUESTED
 from toolfleet.shared.limits import DEADLINE_SLACK_S, MAX_TIMEOUT_S
 from toolfleet.shared.naming import (
@@ -53,6 +52,7 @@ from toolfleet.shared.wire import ReplyEnvelope, ToolCallRequest, ToolCallResult
 from toolfleet.worker.pipeline.replies import push_reply
 
 __all__ = [
+    "INFLIGHT_TTL_S",
     "MIN_ANSWER_S",
     "Claim",
     "InFlight",
@@ -69,56 +69,21 @@ T = TypeVar("T")
 
 #: Seconds between attempts while Redis is unreachable (the last one repeats).
 RETRY_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
+#: Seconds the in-flight hash of a process outlives its last heartbeat: the longest a call
+#: may run, plus the deadline slack (each heartbeat sets it, not each claim).
+INFLIGHT_TTL_S = int(MAX_TIMEOUT_S + DEADLINE_SLACK_S)
 #: An in-flight record's ``answer_by`` is at least this many seconds after its claim: the
 #: watchdog never answers a call sooner (and, idle, need not look more often).
 MIN_ANSWER_S = 0.5
 
 
-#: KEYS: claim, outcome, cancel marker, in-flight hash, switches hash. ARGV: token, ttl
-#: (s), call id, in-flight record. Returns {state, value, cancel marker, switches (flat)}:
-#: state 0 = an outcome exists (value: it), 1 = claimed by this token, 2 = claimed already
-#: (value: the owner's token).
-_CLAIM = """
-local outcome = redis.call("get", KEYS[2])
-local cancel = redis.call("get", KEYS[3]) or ""
-local switches = redis.call("hgetall", KEYS[5])
-if outcome then return {0, outcome, cancel, switches} end
-if redis.call("set", KEYS[1], ARGV[1], "NX", "EX", ARGV[2]) then
-    redis.call("hset", KEYS[4], ARGV[3], ARGV[4])
-    redis.call("expire", KEYS[4], ARGV[2])
-    return {1, "", cancel, switches}
-end
-return {2, redis.call("get", KEYS[1]) or "", cancel, switches}
-"""
-
-#: KEYS: outcome, reply list, cancel marker, in-flight hash, events stream, and optionally
-#: the message's Dramatiq acks set and messages hash. ARGV: reply envelope, outcome ttl (s),
-#: reply ttl (s), call id, events maxlen, the message's Redis id (or ""), events...
-#: With the two Dramatiq keys the message is acknowledged first, as Dramatiq's own ``ack``
-#: does it (drop the id from the acks set; if it was there, drop the body), whatever the
-#: outcome: the delivery is over once its call is answered, by this worker or another.
-#: Returns 0 when an outcome existed (nothing written), 1 when recorded and posted, 2 when
-#: recorded but not posted (a cancel marker other than REQUESTED: the producer resolved
-#: the call itself).
-_FINISH = """
-if #KEYS == 7 and redis.call("srem", KEYS[6], ARGV[6]) > 0 then
-    redis.call("hdel", KEYS[7], ARGV[6])
-end
-redis.call("hdel", KEYS[4], ARGV[4])
-if not redis.call("set", KEYS[1], ARGV[1], "NX", "EX", ARGV[2]) then return 0 end
-for i = 7, #ARGV do
-    redis.call("xadd", KEYS[5], "MAXLEN", "~", ARGV[5], "*", "event", ARGV[i])
-end
-local cancel = redis.call("get", KEYS[3])
-if cancel and cancel ~= "%s" then return 2 end
-redis.call("rpush", KEYS[2], ARGV[1])
-redis.call("expire", KEYS[2], ARGV[3])
-return 1
-""" % REQUESTED.decode()  # noqa: UP031 - Lua braces make str.format awkward
+#: ``claim.lua`` (what it takes and returns is written at its head).
+_CLAIM = scripts.source("claim")
 
 
-#: The finish script, hashed once; run on the client given at each call.
-_FINISH_SCRIPT = Script(None, _FINISH.encode())  # type: ignore[arg-type]  # bytes: no encoder
+#: The finish script (``finish.lua``: what it takes and returns is written at its head),
+#: hashed once; run on the client given at each call.
+_FINISH_SCRIPT = scripts.script("finish", REQUESTED=REQUESTED.decode())
 
 
 class Posted:

@@ -29,6 +29,7 @@ from toolfleet.shared.naming import (
     catalog_key,
     catalog_recovering_key,
     extension_errors_key,
+    inflight_key,
     mcp_servers_key,
     worker_info_key,
     workers_key,
@@ -36,6 +37,7 @@ from toolfleet.shared.naming import (
 from toolfleet.shared.worker_info import WorkerInfo, parse_worker_infos, stale_ids
 from toolfleet.worker.messaging.maintenance import run_maintenance
 from toolfleet.worker.messaging.slots import SlotJanitor
+from toolfleet.worker.pipeline.ledger import INFLIGHT_TTL_S
 from toolfleet.worker.registry.registry import Registry
 
 __all__ = ["CatalogPublisher"]
@@ -108,7 +110,9 @@ class CatalogPublisher:
 
         The catalog's epoch comes first (:mod:`toolfleet.shared.catalog_epoch`): into a
         Redis that lost its data, this worker opens the recovery window or gives it the
-        function names it remembers, before its own entries are written.
+        function names it remembers, before its own entries are written. Its
+        broker heartbeat (Dramatiq's; no fetch writes it) and the TTL of its in-flight
+        hash (no claim sets it) are written here too.
         """
         now = time.time()
         pipe = self.client.pipeline(transaction=False)
@@ -150,6 +154,8 @@ class CatalogPublisher:
             pipe.zremrangebyscore(key, "-inf", now - self.worker_ttl_s * 3)
         if self.janitor is not None:
             self.janitor.register(pipe)
+        # the in-flight hash's TTL, here rather than at every claim (see INFLIGHT_TTL_S)
+        pipe.expire(inflight_key(self.namespace, self.worker_id), INFLIGHT_TTL_S)
         if self.broker is not None:
             pipe.zadd(
                 broker_heartbeats_key(self.namespace), {self.broker.broker_id: int(now * 1000)}

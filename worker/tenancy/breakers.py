@@ -14,68 +14,18 @@ import time
 
 import redis
 
+from toolfleet.shared import scripts
 from toolfleet.shared.tenancy.breakers import BreakerPolicy, breaker_key
 
 __all__ = ["Breakers"]
 
 log = logging.getLogger("toolfleet.worker.tenancy.breakers")
 
-#: KEYS: the breaker hash. ARGV: call id, now (ms), probe lease end (ms). Returns
-#: ``{"run" | "probe" | "open", retry after (ms)}``.
-_ENTER = """
-local state = redis.call("hget", KEYS[1], "state")
-local now = tonumber(ARGV[2])
-if state == "open" then
-    local reopen = tonumber(redis.call("hget", KEYS[1], "until") or "0")
-    if now < reopen then return {"open", reopen - now} end
-    redis.call("hset", KEYS[1], "state", "half_open", "probe", ARGV[1], "until", ARGV[3])
-    return {"probe", 0}
-end
-if state == "half_open" then
-    local lease = tonumber(redis.call("hget", KEYS[1], "until") or "0")
-    if now < lease then return {"open", lease - now} end
-    redis.call("hset", KEYS[1], "probe", ARGV[1], "until", ARGV[3])
-    return {"probe", 0}
-end
-return {"run", 0}
-"""
+#: ``breaker_enter.lua`` (what it takes and returns is written at its head).
+_ENTER = scripts.source("breaker_enter")
 
-#: KEYS: the breaker hash. ARGV: call id, now (ms), failed (1/0), failures to open,
-#: window (ms), cool-down (ms). Returns the new state when it changed, else "".
-_RECORD = """
-local state = redis.call("hget", KEYS[1], "state") or "closed"
-local now = tonumber(ARGV[2])
-local probing = state == "half_open" and redis.call("hget", KEYS[1], "probe") == ARGV[1]
-if ARGV[3] == "1" then
-    if probing then
-        redis.call("hset", KEYS[1], "state", "open", "until", now + tonumber(ARGV[6]),
-                   "failures", 0)
-        return "open"
-    end
-    if state ~= "closed" then return "" end
-    local first = tonumber(redis.call("hget", KEYS[1], "first") or "0")
-    local failures = tonumber(redis.call("hget", KEYS[1], "failures") or "0")
-    if failures == 0 or now - first > tonumber(ARGV[5]) then
-        failures = 0
-        redis.call("hset", KEYS[1], "first", now)
-    end
-    failures = failures + 1
-    if failures >= tonumber(ARGV[4]) then
-        redis.call("hset", KEYS[1], "state", "open", "until", now + tonumber(ARGV[6]),
-                   "failures", 0)
-        return "open"
-    end
-    redis.call("hset", KEYS[1], "state", "closed", "failures", failures)
-    return ""
-end
-if probing then
-    redis.call("hset", KEYS[1], "state", "closed", "failures", 0)
-    redis.call("hdel", KEYS[1], "probe", "until")
-    return "closed"
-end
-if state == "closed" then redis.call("hset", KEYS[1], "failures", 0) end
-return ""
-"""
+#: ``breaker_record.lua`` (what it takes and returns is written at its head).
+_RECORD = scripts.source("breaker_record")
 
 
 class Breakers:

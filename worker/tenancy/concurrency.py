@@ -28,6 +28,7 @@ import time
 
 import redis
 
+from toolfleet.shared import scripts
 from toolfleet.shared.naming import concurrency_key
 
 __all__ = ["LEASE_MARGIN_S", "POLL_S", "ConcurrencyLimiter", "concurrency_key"]
@@ -37,16 +38,8 @@ LEASE_MARGIN_S = 2.0
 #: Seconds between attempts to take a slot (with up to 50% jitter).
 POLL_S = 0.02
 
-#: KEYS: the slots sorted set. ARGV: holder, now (ms), lease end (ms), limit. Drops
-#: expired leases; takes a slot when fewer than ``limit`` are held. Returns 1 or 0.
-_ACQUIRE = """
-redis.call("zremrangebyscore", KEYS[1], "-inf", ARGV[2])
-if redis.call("zcard", KEYS[1]) >= tonumber(ARGV[4]) then return 0 end
-redis.call("zadd", KEYS[1], ARGV[3], ARGV[1])
-local ttl = tonumber(ARGV[3]) - tonumber(ARGV[2]) + 1000
-if redis.call("pttl", KEYS[1]) < ttl then redis.call("pexpire", KEYS[1], ttl) end
-return 1
-"""
+#: ``acquire_slot.lua`` (what it takes and returns is written at its head).
+_ACQUIRE = scripts.source("acquire_slot")
 
 
 class ConcurrencyLimiter:
