@@ -167,7 +167,12 @@ def test_wheel_holds_only_toolfleet_and_every_subpackage(wheel: Path) -> None:
             assert f"toolfleet/{init.relative_to(ROOT).as_posix()}" in names
         assert f"toolfleet/{folder}/py.typed" in names
     assert "toolfleet/worker/devtools/samples/demo.jsonl" in names
-    for asset in ("ui/oldest.lua", "ui/templates/page.html", "ui/static/ui.css", "ui/static/ui.js"):
+    for asset in (
+        "shared/scripts/queue_heads.lua",
+        "ui/templates/page.html",
+        "ui/static/ui.css",
+        "ui/static/ui.js",
+    ):
         assert f"toolfleet/{asset}" in names, asset
     assert not any(n.startswith(("toolfleet/tests", "toolfleet/deploy")) for n in names)
 

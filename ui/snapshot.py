@@ -10,8 +10,9 @@ figures are in ``docs/ui.md``). Four pipelined round trips:
 
 1. catalog, switches, limits, worker infos and the events tail;
 2. per queue: live workers, depth, dead letters (the newest :data:`DEAD_LETTERS_SHOWN`
-   ids), the head of each lane (``oldest.lua``); per function: breaker and held
-   concurrency slots; per worker: calls in flight;
+   ids), the head of each lane (the ``queue_heads`` script of
+   :mod:`toolfleet.shared.scripts`); per function: breaker and held concurrency slots;
+   per worker: calls in flight;
 3. the per-minute aggregates of the last hour (one ``HGETALL`` per minute);
 4. the bodies of the dead letters shown (one ``HMGET`` per queue that has any).
 """
@@ -20,12 +21,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import redis
 
-from toolfleet.shared import codec
+from toolfleet.shared import codec, scripts
 from toolfleet.shared.catalog import CatalogEntry
 from toolfleet.shared.naming import (
     catalog_key,
@@ -64,7 +64,8 @@ DEAD_LETTERS_SHOWN = 20
 #: The statuses the failures page lists.
 FAILURE_STATUSES = frozenset({"tool_error", "timeout", "crashed"})
 
-_OLDEST = Path(__file__).with_name("oldest.lua").read_text(encoding="utf-8")
+#: The waiting calls of one queue: lengths and the oldest entry's send time.
+_QUEUE_HEADS = scripts.script("queue_heads")
 
 
 @dataclass(frozen=True)
@@ -210,14 +211,13 @@ def read_snapshot(
     infos = parse_worker_infos(raw_infos)
 
     second = client.pipeline(transaction=False)
-    oldest = client.register_script(_OLDEST)
     for queue in queues:
         second.zcount(workers_key(namespace, queue), now - worker_ttl_s, "+inf")
         second.hlen(queue_msgs_key(namespace, queue))
         second.zcard(dead_letters_key(namespace, queue))
         second.zrevrange(dead_letters_key(namespace, queue), 0, DEAD_LETTERS_SHOWN - 1)
         lanes = lane_keys(namespace, queue) if uses_lanes(queue) else []
-        oldest(keys=[queue_key(namespace, queue), queue_msgs_key(namespace, queue), *lanes],
+        _QUEUE_HEADS(keys=[queue_key(namespace, queue), queue_msgs_key(namespace, queue), *lanes],
                client=second)  # fmt: skip
     for function in functions:
         second.hgetall(breaker_key(namespace, function))
