@@ -45,6 +45,12 @@ class RunningFleet:
         self._health_dir = local.options.settings.health_dir
         self._stopped = False
 
+    @property
+    def pids(self) -> list[int]:
+        """The process ids of the worker processes running now (a restarted one's new id)."""
+        supervisor = self._local.supervisor
+        return supervisor.pids() if supervisor is not None else []
+
     def stop(self) -> None:
         """Close the client, drain and stop the worker processes, delete the fleet's keys.
 
