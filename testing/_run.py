@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolfleet.producer._core.calls import build_request, check_timeout, make_context
+from toolfleet.producer._core.calls import (
+    arguments_size,
+    build_request,
+    check_timeout,
+    make_context,
+)
 from toolfleet.shared import codec
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.wire import CallContext, ReplyEnvelope, ToolCallRequest, ToolCallResult
@@ -67,8 +72,8 @@ def run_tool(
     Raises:
         ConfigurationError: the extension does not load or is invalid (what a worker logs
             and skips).
-        ClientError: bad ``arguments``, ``context`` or ``timeout_s`` types (what
-            ``ToolClient.call`` raises for them).
+        ClientError: ``arguments`` that are not JSON (a set, NaN), a bad ``context`` or
+            ``timeout_s`` (what ``ToolClient.call`` raises for them).
         ImportError, AttributeError, TypeError: ``extension_or_tool`` names no extension.
     """
     extension = load_source(extension_or_tool)
@@ -93,6 +98,7 @@ def run_tool(
             timeout_s=check_timeout(budget),
             reply_to=WORKER_ID,
         )
+        arguments_size(request)  # arguments that are not JSON: ClientError, as from a client
         pipeline = CallPipeline(
             registry,
             worker_id=WORKER_ID,

@@ -203,6 +203,8 @@ def test_misuse_raises_as_the_client_does() -> None:
         run_tool(EXTENSION, "add", [1, 2])  # type: ignore[arg-type]
     with pytest.raises(ClientError):
         run_tool(EXTENSION, "add", {"a": 1}, context={"acount": "typo"})
+    with pytest.raises(ClientError, match="not JSON"):
+        run_tool(EXTENSION, "add", {"a": float("nan")})
     with pytest.raises(ConfigurationError, match="not_there"):
         run_tool(TESTS / "broken_extensions" / "not_there", "x", {})
     with pytest.raises(ConfigurationError, match="slug"):

@@ -9,7 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-from toolfleet.testing import FleetFactory
+from conftest import TESTS
+from toolfleet.shared import Status
+from toolfleet.testing import FleetFactory, run_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -144,14 +146,28 @@ def test_the_same_file_with_a_wrong_expectation_fails(tmp_path: Path) -> None:
 def test_the_projects_own_tests_get_the_fleet_on_the_suites_redis(
     toolfleet_fleet: FleetFactory, toolfleet_redis: str, redis_url: str
 ) -> None:
-    """In this suite, toolfleet_redis is the suite's Redis (conftest), and a fleet serves
-    two extensions named by MODULE:ATTR, each queue ready before the factory returns."""
+    """In this suite, toolfleet_redis is the suite's Redis (conftest), and a fleet serves an
+    extension folder and a MODULE:ATTR extension, each queue ready before the factory returns."""
     assert toolfleet_redis == redis_url
-    fleet = toolfleet_fleet("queue_names_ext:dash", "queue_names_ext:underscore")
-    assert fleet.functions == ["ext_a_b_dash", "ext_a_b_underscore"]
-    assert fleet.client.call("ext_a_b_underscore", {}, timeout_s=30).content == "a_b"
+    fleet = toolfleet_fleet(TESTS / "run_tool_ext", "ext_styles.styles:class_style")
+    assert fleet.functions == [
+        "ext_folder_tools_answer",
+        "ext_folder_tools_stuck",
+        "ext_style_class_greet",
+    ]
+    answer = fleet.client.call("ext_folder_tools_answer", {}, context={"account": "acme"})
+    assert answer.content == {"slug": "folder-tools", "account": "acme"}
+    stuck = fleet.client.call("ext_folder_tools_stuck", {}, timeout_s=30)
+    assert (stuck.status, stuck.content) == run_tool_answer(TESTS / "run_tool_ext", "stuck")
+    assert fleet.client.call("ext_style_class_greet", {"name": "Ada"}).content == "Hello, Ada!"
     fleet.stop()
     fleet.stop()  # idempotent; the factory's teardown stops it once more
+
+
+def run_tool_answer(source: Path, name: str) -> tuple[Status, object]:
+    """What run_tool answers to ``name`` with no arguments: (status, content)."""
+    result = run_tool(source, name, {})
+    return result.status, result.content
 
 
 def test_loading_the_plugin_imports_no_toolfleet_code() -> None:
