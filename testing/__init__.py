@@ -9,7 +9,7 @@
   :class:`FleetFactory` is the type of the latter.
 
 The names are imported on first use, so that pytest loading the plugin imports no worker
-code.
+code; nothing here but the plugin imports pytest.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from toolfleet.testing.pytest_plugin import FleetFactory
+from toolfleet.testing._types import FleetFactory
 
 if TYPE_CHECKING:
     from toolfleet.testing._fleet import RunningFleet, start_fleet

@@ -11,36 +11,24 @@ Fixtures:
   :class:`~toolfleet.testing.RunningFleet` (``.client``, ``.url``); every fleet it started
   is stopped, and its keys deleted, at the test's teardown.
 
-The module imports only pytest: toolfleet is imported when a test asks for a fixture, so
-a suite that uses neither pays nothing. ``-p no:toolfleet`` turns the plugin off.
+The module imports only pytest (and a ``typing.Protocol``): toolfleet is imported when a
+test asks for a fixture, so a suite that uses neither pays nothing. ``-p no:toolfleet`` turns the plugin off.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import pytest
+
+from toolfleet.testing._types import FleetFactory
 
 if TYPE_CHECKING:
     from toolfleet.testing._fleet import RunningFleet
     from toolfleet.testing._sources import ExtensionSource
 
-__all__ = ["FleetFactory", "toolfleet_fleet", "toolfleet_redis"]
-
-
-class FleetFactory(Protocol):
-    """The type of the ``toolfleet_fleet`` fixture (for a test's annotations)."""
-
-    def __call__(
-        self,
-        *extensions: ExtensionSource,
-        processes: int = 1,
-        threads: int = 4,
-        entry_points: bool = False,
-    ) -> RunningFleet:
-        """Start a fleet serving ``extensions`` (see :func:`toolfleet.testing.start_fleet`)."""
-        ...
+__all__ = ["toolfleet_fleet", "toolfleet_redis"]
 
 
 @pytest.fixture(scope="session")

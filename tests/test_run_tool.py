@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from typing import Any
@@ -209,3 +210,26 @@ def test_misuse_raises_as_the_client_does() -> None:
         run_tool(TESTS / "broken_extensions" / "not_there", "x", {})
     with pytest.raises(ConfigurationError, match="slug"):
         run_tool(Extension(slug="bad slug", version="1", tools=[Add]), "add", {"a": 1})
+
+
+class Pid(Tool):
+    """Say the process the tool runs in."""
+
+    name = "pid"
+    arguments_model = Seconds
+    isolation = "process"
+    timeout_s = 0.5
+
+    def call(self, arguments: Seconds, context: ExtensionContext) -> int:
+        threading.Event().wait(arguments.seconds)
+        return os.getpid()
+
+
+def test_a_process_isolation_tool_runs_in_this_process_under_its_limit() -> None:
+    """run_tool runs a process-isolation tool on a thread of the test process (no child
+    processes), still answered timeout at its limit."""
+    isolated = Extension(slug="isolated", version="1", tools=[Pid])
+    result = run_tool(isolated, "pid", {"seconds": 0})
+    assert (result.status, result.content) == (Status.OK, os.getpid())
+    stuck = run_tool(isolated, "pid", {"seconds": 30})
+    assert stuck.status is Status.TIMEOUT, stuck.content

@@ -179,8 +179,25 @@ def test_loading_the_plugin_imports_no_toolfleet_code() -> None:
         "ep.load()\n"
         "loaded = sorted(n for n in sys.modules if n.startswith('toolfleet'))\n"
         "print(loaded)\n"
-        "plugin = ['toolfleet', 'toolfleet.testing', 'toolfleet.testing.pytest_plugin']\n"
+        "plugin = ['toolfleet', 'toolfleet.testing', 'toolfleet.testing._types',\n"
+        "          'toolfleet.testing.pytest_plugin']\n"
         "sys.exit(loaded != plugin)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_run_tool_needs_no_pytest() -> None:
+    """A script without pytest installed imports toolfleet.testing and calls run_tool."""
+    code = (
+        "import sys\n"
+        "sys.modules['pytest'] = None  # as if not installed\n"
+        "from toolfleet.testing import FleetFactory, run_tool\n"
+        "result = run_tool('queue_names_ext:dash', 'dash', {})\n"
+        "sys.exit(result.content != 'a-b')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, env=env
+    )
     assert out.returncode == 0, out.stdout + out.stderr

@@ -17,7 +17,7 @@ from toolfleet.shared.naming import function_name
 
 __all__ = ["module_name", "write_extension"]
 
-_MANIFEST = '''\
+_MANIFEST = """\
 # The manifest of the {slug} extension: a worker loads this folder when it is named in
 # TOOLFLEET_EXTENSION_PATHS; `entry` names the tools (MODULE:ATTR inside this folder).
 slug = "{slug}"
@@ -25,7 +25,7 @@ version = "0.1.0"
 description = "What {slug} does, in one line."
 entry = "{module}:tools"
 timeout = 5.0  # seconds a call may run
-'''
+"""
 
 _TOOLS = '''\
 """The tools of the {slug} extension (extension.toml names this module)."""
