@@ -12,7 +12,8 @@ Fixtures:
   is stopped, and its keys deleted, at the test's teardown.
 
 The module imports only pytest (and a ``typing.Protocol``): toolfleet is imported when a
-test asks for a fixture, so a suite that uses neither pays nothing. ``-p no:toolfleet`` turns the plugin off.
+test asks for a fixture, so a suite that uses neither pays nothing. ``-p no:toolfleet``
+turns the plugin off.
 """
 
 from __future__ import annotations
