@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import BaseModel, Field
 
-from conftest import TESTS
+from conftest import TESTS, unavailable
 from toolfleet.shared import (
     CallContext,
     ClientError,
@@ -233,3 +235,21 @@ def test_a_process_isolation_tool_runs_in_this_process_under_its_limit() -> None
     assert (result.status, result.content) == (Status.OK, os.getpid())
     stuck = run_tool(isolated, "pid", {"seconds": 30})
     assert stuck.status is Status.TIMEOUT, stuck.content
+
+
+def test_an_mcp_server_extension_folder_is_served_as_a_worker_serves_it(tmp_path: Path) -> None:
+    """A manifest declaring the reference mcp-server-time: run_tool starts the server, calls
+    its tool with arguments validated against its inputSchema, and stops it."""
+    server = Path(sys.executable).parent / "mcp-server-time"
+    if not server.exists():
+        unavailable("mcp-server-time is not installed (pip install -e '.[dev]')")
+    (tmp_path / "extension.toml").write_text(
+        f'slug = "time"\nversion = "1.0.0"\n[mcp]\ncommand = "{server}"\n'
+    )
+    arguments = {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}
+    result = run_tool(tmp_path, "convert_time", arguments, timeout_s=30)
+    assert result.status is Status.OK, result.content
+    assert result.content["target"]["datetime"][11:16] == "21:00"
+    bad = run_tool(tmp_path, "convert_time", {"time": "12:00"}, timeout_s=30)
+    assert bad.status is Status.INVALID_ARGUMENTS, bad.content
+    assert "source_timezone" in bad.content["error"]
