@@ -123,7 +123,7 @@ def start_fleet(
                 "'module:attr' or a folder path"
             )
     loaded = [load_source(source) for source in extensions]  # fail here, with the reason
-    folders = [str(Path(s)) for s in extensions if is_folder(s)]
+    folders = [str(Path(s).resolve()) for s in extensions if is_folder(s)]
     specs = [str(s) for s in extensions if not is_folder(s)]
     namespace = f"toolfleet-test-{uuid.uuid4().hex[:10]}"
     settings = Settings.from_env().model_copy(

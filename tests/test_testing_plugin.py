@@ -9,9 +9,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import TESTS
 from toolfleet.shared import Status
-from toolfleet.testing import FleetFactory, run_tool
+from toolfleet.testing import FleetFactory, run_tool, start_fleet
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,7 +48,7 @@ from pathlib import Path
 import redis
 
 from toolfleet.shared import Status
-from toolfleet.testing import FleetFactory, run_tool
+from toolfleet.testing import FleetFactory, run_tool, start_fleet
 
 SEEN = Path(os.environ["USER_TEST_RECORD"])
 EXPECTED = "HI!"
@@ -201,3 +203,18 @@ def test_run_tool_needs_no_pytest() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=False, env=env
     )
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_start_fleet_refuses_what_it_cannot_start_before_starting_anything(
+    toolfleet_redis: str,
+) -> None:
+    """No extension, an object (it cannot cross into the worker processes) and a spec that
+    does not import are refused in the test's process, with the reason."""
+    from ext_styles import styles
+
+    with pytest.raises(ValueError, match="name at least one extension"):
+        start_fleet(redis_url=toolfleet_redis)
+    with pytest.raises(TypeError, match="'module:attr' or a folder path"):
+        start_fleet(styles.class_style, redis_url=toolfleet_redis)
+    with pytest.raises(ModuleNotFoundError, match="no_such_module"):
+        start_fleet("no_such_module:extension", redis_url=toolfleet_redis)
