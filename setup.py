@@ -11,6 +11,7 @@ ROOTS = {
     "producer": "toolfleet.producer",
     "worker": "toolfleet.worker",
     "extensions": "toolfleet.extensions",
+    "testing": "toolfleet.testing",
     "ui": "toolfleet.ui",
 }
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from mkdocs.plugins import event_priority
 
-PARTS = ("shared", "producer", "worker", "extensions")
+PARTS = ("shared", "producer", "worker", "extensions", "testing")
 
 
 @event_priority(100)  # before mkdocstrings reads its paths

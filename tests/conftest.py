@@ -124,6 +124,12 @@ def redis_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def toolfleet_redis(redis_url: str) -> str:
+    """The plugin's fixture (``toolfleet.testing``), on the suite's one Redis (``redis_url``)."""
+    return redis_url
+
+
+@pytest.fixture(scope="session")
 def namespace(redis_url: str) -> Iterator[str]:
     """A namespace unique to this test session; every key under it is deleted at the end."""
     ns = f"tftest-{uuid.uuid4().hex[:10]}"

@@ -19,7 +19,8 @@ from pydantic import ValidationError
 from conftest import BFCL_DATA, bfcl_missing
 from toolfleet.extensions.bfcl import TOOLS, extension
 from toolfleet.extensions.bfcl.geometry import PolygonArea, PolygonAreaArguments
-from toolfleet.shared import ExtensionContext, ExtensionToolError, Tool
+from toolfleet.shared import ExtensionContext, ExtensionToolError, Status, Tool
+from toolfleet.testing import run_tool
 from toolfleet.worker.devtools.replay_match import bit_exact
 
 EXPECTED = Path("derived") / "BFCL_v3_exec_expected_results.jsonl"
@@ -451,8 +452,10 @@ TOOL_ERRORS: list[tuple[str, dict[str, Any]]] = [
 
 @pytest.mark.parametrize(("name", "arguments"), TOOL_ERRORS)
 def test_out_of_domain_is_a_tool_error(name: str, arguments: dict[str, Any]) -> None:
-    with pytest.raises(ExtensionToolError):
-        _run(name, arguments)
+    """Arguments the schema takes but the function refuses reach the model as tool_error."""
+    result = run_tool(extension, name, arguments)
+    assert result.status is Status.TOOL_ERROR, result
+    assert set(result.content) == {"error"} and result.content["error"]
 
 
 def test_polygon_area_does_not_modify_its_input() -> None:
@@ -463,7 +466,7 @@ def test_polygon_area_does_not_modify_its_input() -> None:
 
 # --------------------------------------------------------------------------- invalid arguments
 
-INVALID_ARGUMENTS: list[tuple[str, dict[str, Any]]] = [
+INVALID_ARGUMENTS: list[tuple[str, dict[str, Any] | str]] = [
     ("estimate_derivative", {"function": "__import__('os').system('id')", "x": 1}),
     ("estimate_derivative", {"function": "lambda x: __import__('os').system('id')", "x": 1}),
     ("estimate_derivative", {"function": "lambda x: x.real", "x": 1}),
@@ -492,7 +495,7 @@ INVALID_ARGUMENTS: list[tuple[str, dict[str, Any]]] = [
             "customer_id": "123",
         },
     ),
-    ("calculate_density", {"mass": float("nan"), "volume": 1.0}),
+    ("calculate_density", '{"mass": NaN, "volume": 1.0}'),  # as a model would write it
     ("mat_mul", {"matA": [1, 2], "matB": [3, 4]}),
     ("sort_array", {"array": [1, "a"]}),
     ("math_factorial", {"n": 1_000_000}),
@@ -513,11 +516,12 @@ INVALID_ARGUMENTS: list[tuple[str, dict[str, Any]]] = [
 
 
 @pytest.mark.parametrize(("name", "arguments"), INVALID_ARGUMENTS)
-def test_schema_violations_are_invalid_arguments(name: str, arguments: dict[str, Any]) -> None:
-    model = TOOLS_BY_NAME[name].arguments_model
-    assert model is not None
-    with pytest.raises(ValidationError):
-        model.model_validate(arguments)
+def test_schema_violations_are_invalid_arguments(
+    name: str, arguments: dict[str, Any] | str
+) -> None:
+    """Arguments the schema refuses are invalid_arguments before the function runs."""
+    result = run_tool(extension, name, arguments)
+    assert result.status is Status.INVALID_ARGUMENTS, result
 
 
 def test_enumerated_strings_are_declared_and_matched_to_their_canonical_value() -> None:

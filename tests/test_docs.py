@@ -166,7 +166,7 @@ def test_docs_build_fails_on_a_broken_link(tmp_path: Path) -> None:
     copy = tmp_path / "repo"
     copy.mkdir()
     shutil.copy(ROOT / "mkdocs.yml", copy)
-    for folder in ("docs", "shared", "producer", "worker", "extensions", "deploy"):
+    for folder in ("docs", "shared", "producer", "worker", "extensions", "testing", "deploy"):
         shutil.copytree(ROOT / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
     page = copy / "docs" / "operations.md"
     broken = "\nSee [nowhere](no-such-page.md) and [no part](tenants.md#no-such-part).\n"

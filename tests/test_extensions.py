@@ -87,6 +87,27 @@ def test_four_styles_answer_the_same(ext_client: ToolClient) -> None:
         assert answers[style] == reference, style
 
 
+@pytest.mark.parametrize(
+    ("style", "attr"),
+    [("class", "class_style"), ("meta", "metadata_style"), ("kit", "toolkit_style"),
+     ("delegate", "delegate_style")],
+)  # fmt: skip
+def test_run_tool_answers_what_the_fleet_answers(
+    ext_client: ToolClient, style: str, attr: str
+) -> None:
+    """toolfleet.testing.run_tool gives each call the status and content a worker of the
+    fleet posts, for every tool style (what a user's unit test sees is what the model sees)."""
+    from ext_styles import styles
+
+    from toolfleet.testing import run_tool
+
+    for arguments in CALLS:
+        fleet = ext_client.call(f"ext_style_{style}_greet", arguments)
+        local = run_tool(getattr(styles, attr), "greet", arguments)
+        assert (local.status, local.content) == (fleet.status, fleet.content), arguments
+        assert local.function == fleet.function
+
+
 def test_good_tools_serve_beside_broken_extensions(
     ext_client: ToolClient, ext_fleet: Fleet
 ) -> None:

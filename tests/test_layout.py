@@ -36,11 +36,11 @@ def test_shared_imports_no_other_part() -> None:
 
 # --- static checks over the source: no import cycles, imports run one way ------------------
 
-PARTS = ("shared", "producer", "worker", "extensions", "ui")
+PARTS = ("shared", "producer", "worker", "extensions", "testing", "ui")
 
 
 def _modules() -> dict[str, Path]:
-    """Every module of the four parts: dotted name (``toolfleet.worker.cli.main``) -> file."""
+    """Every module of the five parts: dotted name (``toolfleet.worker.cli.main``) -> file."""
     found: dict[str, Path] = {}
     for part in PARTS:
         for path in (ROOT / part).rglob("*.py"):
@@ -154,7 +154,7 @@ def test_the_import_graph_sees_relative_and_lazy_imports() -> None:
 
 
 def test_no_module_imports_a_module_that_imports_it_back() -> None:
-    """No import cycle anywhere in the four parts, lazy imports inside functions included."""
+    """No import cycle anywhere in the five parts, lazy imports inside functions included."""
     assert _cycles(GRAPH) == []
 
 
@@ -180,6 +180,8 @@ ALLOWED = {
         "toolfleet.extensions",
         "toolfleet.ui",  # `toolfleet ui` serves it (imported when the command runs)
     ),
+    # users' test helpers: the worker's own pipeline and fleet; no other part imports them
+    "toolfleet.testing": ("toolfleet.shared", "toolfleet.producer", "toolfleet.worker"),
 }
 
 
@@ -193,7 +195,8 @@ def _inside(module: str, prefix: str) -> bool:
 
 def test_imports_run_one_way_between_the_parts() -> None:
     """shared imports no other part; producer and extensions only shared; worker all three;
-    worker/isolation only shared and (its child) the registry and the logging setup; the
+    testing shared, producer and worker, and nothing imports it; worker/isolation only shared
+    and (its child) the registry and the logging setup; the
     registry no pipeline, Dramatiq or CLI code."""
     wrong = []
     for module, targets in sorted(FULL_GRAPH.items()):

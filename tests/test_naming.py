@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
-from pathlib import Path
-
-from conftest import start_fleet
-from toolfleet.producer import ToolClient
 from toolfleet.shared import Status
 from toolfleet.shared.naming import (
     FUNCTION_NAME_RE,
@@ -14,6 +9,7 @@ from toolfleet.shared.naming import (
     default_queue_for,
     function_name,
 )
+from toolfleet.testing import FleetFactory
 
 
 def test_function_names_keep_case_and_replace_hyphens() -> None:
@@ -38,18 +34,12 @@ def test_queue_and_actor_names() -> None:
 
 
 def test_queues_differing_in_dash_and_underscore_are_served_by_two_actors(
-    redis_url: str, namespace: str, tmp_path: Path
+    toolfleet_fleet: FleetFactory,
 ) -> None:
     """A worker serving queues tools.a-b and tools.a_b answers the calls of both, each by
     its own extension."""
-    extra = ["--extension", "queue_names_ext:dash", "--extension", "queue_names_ext:underscore"]
-    ns = f"{namespace}-q-{uuid.uuid4().hex[:6]}"
-    fleet = start_fleet(redis_url, ns, tmp_path / "worker.log", processes=1, extra=extra)
-    try:
-        with ToolClient(redis_url, namespace=ns) as client:
-            dash = client.call("ext_a_b_dash", {}, timeout_s=30)
-            underscore = client.call("ext_a_b_underscore", {}, timeout_s=30)
-        assert (dash.status, dash.content) == (Status.OK, "a-b"), dash
-        assert (underscore.status, underscore.content) == (Status.OK, "a_b"), underscore
-    finally:
-        fleet.stop()
+    fleet = toolfleet_fleet("queue_names_ext:dash", "queue_names_ext:underscore", processes=1)
+    dash = fleet.client.call("ext_a_b_dash", {}, timeout_s=30)
+    underscore = fleet.client.call("ext_a_b_underscore", {}, timeout_s=30)
+    assert (dash.status, dash.content) == (Status.OK, "a-b"), dash
+    assert (underscore.status, underscore.content) == (Status.OK, "a_b"), underscore

@@ -159,10 +159,10 @@ def test_wheel_holds_only_toolfleet_and_every_subpackage(wheel: Path) -> None:
     payload = [n for n in names if ".dist-info/" not in n]
     assert payload and all(n.startswith("toolfleet/") for n in payload), payload
     assert "toolfleet/__init__.py" not in names  # an implicit namespace
-    expected_packages = {"shared", "producer", "worker", "extensions", "extensions/bfcl"}
+    expected_packages = {"shared", "producer", "worker", "extensions", "extensions/bfcl", "testing"}
     for package in expected_packages:
         assert f"toolfleet/{package}/__init__.py" in names, package
-    for folder in ("shared", "producer", "worker", "extensions", "ui"):
+    for folder in ("shared", "producer", "worker", "extensions", "testing", "ui"):
         for init in (ROOT / folder).rglob("__init__.py"):
             assert f"toolfleet/{init.relative_to(ROOT).as_posix()}" in names
         assert f"toolfleet/{folder}/py.typed" in names

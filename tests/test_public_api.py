@@ -31,6 +31,13 @@ PUBLIC = {
         "serve_stdio",
         "token_digest",
     },
+    "toolfleet.testing": {
+        "ExtensionSource",
+        "FleetFactory",
+        "RunningFleet",
+        "run_tool",
+        "start_fleet",
+    },
     "toolfleet.shared": {
         "Extension",
         "ExtensionContext",

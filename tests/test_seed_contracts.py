@@ -266,21 +266,12 @@ def test_a_disabled_tool_is_refused_by_the_worker_too(
         from seed_shapes.multi_llm import extension  # type: ignore[import-not-found]
     finally:
         sys.path.remove(str(TESTS))
-    from toolfleet.shared import ToolCallRequest
-    from toolfleet.worker.pipeline.calls import CallPipeline
-    from toolfleet.worker.registry.registry import Registry
+    from toolfleet.testing import run_tool
 
     runs = flags["runs"].with_name("unit-runs")
     monkeypatch.setenv("TFTEST_WEATHER_FLAG", str(flags["flag"].with_name("never-there")))
     monkeypatch.setenv("TFTEST_WEATHER_RUNS", str(runs))
-    registry = Registry()
-    registry.add_extension(extension)
-    assert registry.refresh_tool_states() == {WEATHER: (False, "Preparing the forecast for {city}")}
-    request = ToolCallRequest(
-        id=str(uuid.uuid4()), function=WEATHER, arguments={"city": "Oslo"},
-        reply_to="unused", deadline=time.time() + 5, timeout_s=5,
-    )  # fmt: skip
-    result = CallPipeline(registry).call(request)
+    result = run_tool(extension, WEATHER, {"city": "Oslo"})
     assert result.status is Status.NOT_AVAILABLE and "disabled" in str(result.content)
     assert not runs.exists()
 

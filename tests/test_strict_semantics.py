@@ -25,6 +25,7 @@ from toolfleet.shared.export import export_tools
 from toolfleet.shared.naming import extension_for, function_name, function_names, tool_name_for
 from toolfleet.shared.plugin import MetadataPlugin
 from toolfleet.shared.toolkit import Toolkit as DefToolkit
+from toolfleet.testing import run_tool
 from toolfleet.worker.pipeline.calls import CallPipeline
 from toolfleet.worker.registry.registry import Registry
 
@@ -117,11 +118,9 @@ def _call(registry: Registry, function: str, arguments: Any) -> Any:
 @pytest.mark.parametrize("style", sorted(STYLES))
 def test_null_for_an_optional_argument_reaches_every_style_as_its_default(style: str) -> None:
     """{"times": null, "sep": null} runs like {} for class, metadata, deftool and delegate tools."""
-    registry = Registry()
-    registry.add_extension(Extension(slug=f"nulls-{style}", version="1", tools=[STYLES[style]]))
-    (function,) = registry.served
-    left_out = _call(registry, function, {"text": "a"})
-    nulled = _call(registry, function, '{"text": "a", "times": null, "sep": null}')
+    extension = Extension(slug=f"nulls-{style}", version="1", tools=[STYLES[style]])
+    left_out = run_tool(extension, "echo", {"text": "a"})
+    nulled = run_tool(extension, "echo", '{"text": "a", "times": null, "sep": null}')
     assert left_out.status is Status.OK, left_out.content
     assert nulled.status is Status.OK, nulled.content
     assert nulled.content == left_out.content == "a+a"
@@ -130,10 +129,8 @@ def test_null_for_an_optional_argument_reaches_every_style_as_its_default(style:
 def test_null_for_a_required_argument_is_still_invalid_in_every_style() -> None:
     """The null rule never turns a missing required argument into a default."""
     for style, definition in STYLES.items():
-        registry = Registry()
-        registry.add_extension(Extension(slug=f"req-{style}", version="1", tools=[definition]))
-        (function,) = registry.served
-        result = _call(registry, function, {"text": None})
+        extension = Extension(slug=f"req-{style}", version="1", tools=[definition])
+        result = run_tool(extension, "echo", {"text": None})
         assert result.status is Status.INVALID_ARGUMENTS, (style, result.content)
 
 

@@ -24,6 +24,7 @@ from rich.table import Table
 
 from toolfleet.shared import codec
 from toolfleet.shared.aggregates import read_window
+from toolfleet.shared.errors import ConfigurationError
 from toolfleet.shared.export import FORMATS
 from toolfleet.shared.naming import all_keys_pattern, default_queue_for
 from toolfleet.shared.quality import quality_rows
@@ -44,6 +45,7 @@ from toolfleet.worker.devtools.replay import (
     replay,
     sample_file,
 )
+from toolfleet.worker.devtools.scaffold import write_extension
 from toolfleet.worker.registry.redaction import Redactor
 from toolfleet.worker.supervision.logs import configure_logging
 from toolfleet.worker.supervision.redis_factory import load_factory
@@ -240,6 +242,24 @@ def demo(
         if obj.settings.redis_url:
             _delete_namespace(obj.settings.redis_url, settings.namespace)
     sys.exit(0 if report.ok else 1)
+
+
+@cli.command(name="new")
+@click.argument("name")
+def new(name: str) -> None:
+    """Write a new extension folder NAME: a manifest, one tool and a test that passes.
+
+    NAME is the extension's slug and the folder's name (e.g. demo-ext), created in the
+    current folder; `pytest` in it runs the test (toolfleet.testing: a call answered as a
+    worker answers it, then a real fleet on an embedded Redis).
+    """
+    try:
+        written = write_extension(Path.cwd(), name)
+    except ConfigurationError as exc:
+        raise click.ClickException(str(exc)) from None
+    for path in written:
+        click.echo(f"wrote {path.relative_to(Path.cwd())}")
+    click.echo(f"next: cd {name} && pytest")
 
 
 def _exit_cleanly_on_termination() -> None:

@@ -181,10 +181,7 @@ class MessageHandler:
             posted = self.ledger.finish(request, result, events, ack)
         except codec.EncodeError as exc:
             log.error("result of %s could not be encoded: %s", request.id, exc)
-            fallback = self.pipeline.failure(
-                request, Status.CRASHED, "the tool's result could not be encoded"
-            )
-            posted = self.ledger.finish(request, fallback, ack=ack)
+            posted = self.ledger.finish(request, self.pipeline.unencodable(request), ack=ack)
         if posted == Posted.ALREADY_ANSWERED:
             log.warning(
                 "late %s result of %s (call %s) discarded: the call was answered already",

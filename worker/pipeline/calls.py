@@ -44,6 +44,7 @@ __all__ = [
     "DEADLINE_GRACE_S",
     "EXPIRED_MESSAGE",
     "NOT_RETRIED",
+    "UNENCODABLE_MESSAGE",
     "CallPipeline",
 ]
 
@@ -57,6 +58,8 @@ EXPIRED_MESSAGE = "the call's deadline passed before it could run"
 NOT_RETRIED = (
     "the worker stopped while running this call; not retried because the tool may have side effects"
 )
+#: What the model reads when a finished call's reply does not encode.
+UNENCODABLE_MESSAGE = "the tool's result could not be encoded"
 #: Seconds past the caller's deadline a call bound by it may run: the producer resolves it
 #: at the deadline and marks it resolved, so the worker's own ``timeout`` is not posted.
 DEADLINE_GRACE_S = 0.5
@@ -142,6 +145,10 @@ class CallPipeline:
     def failure(self, request: ToolCallRequest, status: Status, message: str) -> ToolCallResult:
         """A failure result of ``request`` from this worker (the message scrubbed)."""
         return self._failure(request, status, message, {"worker": self.worker_id})
+
+    def unencodable(self, request: ToolCallRequest) -> ToolCallResult:
+        """The ``crashed`` result posted instead of a result of ``request`` that does not encode."""
+        return self.failure(request, Status.CRASHED, UNENCODABLE_MESSAGE)
 
     def admit(self, request: ToolCallRequest, size_bound: int) -> ToolCallResult | None:
         """The answer to ``request`` that needs no Redis, or ``None`` to claim and run it.

@@ -33,6 +33,7 @@ __all__ = [
     "load_all",
     "load_entry_points",
     "load_folder",
+    "load_object",
     "load_spec",
 ]
 
@@ -100,6 +101,20 @@ def load_spec(spec: str) -> Extension:
     """
     module_name, _, attr = spec.partition(":")
     return _as_extension(_resolve(module_name, attr or "extension"), spec, module=module_name)
+
+
+def load_object(obj: Any) -> Extension:
+    """The extension ``obj`` is or makes: what ``MODULE:ATTR`` may name, as an object.
+
+    An :class:`Extension` as it is; a factory of one, called; a single tool definition
+    (a ``Tool`` class, a metadata or RAGFlow plugin, a toolkit, a delegate) as an
+    extension named after the module that defines it (see :func:`load_spec`).
+
+    Raises:
+        TypeError: ``obj`` is none of these.
+    """
+    module = getattr(obj, "__module__", None) or type(obj).__module__
+    return _as_extension(obj, repr(obj)[:80], module=module)
 
 
 def load_entry_points() -> tuple[Loaded, Errors]:

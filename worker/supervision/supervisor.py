@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 
@@ -76,6 +76,9 @@ class WorkerOptions:
         log_level: logging level name of the worker processes.
         metrics_dir: multiprocess metrics folder when ``PROMETHEUS_MULTIPROC_DIR`` is unset;
             with neither, a private temporary folder removed at exit.
+        environment_extra: variables set in each worker process's environment over this
+            process's (e.g. ``PYTHONPATH`` for extensions importable only from here); the
+            settings still win.
     """
 
     settings: Settings
@@ -86,6 +89,7 @@ class WorkerOptions:
     entry_points: bool = True
     log_level: str = "INFO"
     metrics_dir: str | None = None
+    environment_extra: Mapping[str, str] = field(default_factory=dict)
 
     def argv(self, index: int) -> list[str]:
         """The command line of worker process number ``index``.
@@ -123,6 +127,7 @@ class WorkerOptions:
         """The environment of a worker process: this one's, with :attr:`settings` in it."""
         names = Settings.variable_names()
         env = {k: v for k, v in os.environ.items() if k not in names}
+        env.update(self.environment_extra)
         env.update(self.settings.as_environment())
         return env
 
