@@ -123,9 +123,27 @@ class ExtensionToolError(ToolCallError):
 
 
 class InvalidArgumentsError(ToolCallError):
-    """``invalid_arguments``: the arguments did not parse or validate."""
+    """``invalid_arguments``: the arguments did not parse or validate.
+
+    Attributes:
+        problems: ``(field, reason)`` of each failing argument, as the worker's
+            validation found them (``reason`` one of
+            :data:`toolfleet.shared.aggregates.REASONS`; ``field`` a dotted path, list
+            positions as ``*``, or ``(arguments)`` for the arguments as a whole); empty
+            when not known (an error re-raised from a result).
+    """
 
     status = Status.INVALID_ARGUMENTS
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        result: ToolCallResult | None = None,
+        problems: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        super().__init__(message, result=result)
+        self.problems = problems
 
 
 class UnknownFunctionError(ToolCallError):

@@ -6,6 +6,10 @@ series per string (unbounded cardinality) and, holding a lone surrogate, make ev
 exposition fail to encode. So a metric never carries the wire string: it carries the
 name of a function this side knows (the worker's registry, the catalog the producer
 read), and every other string counts under :data:`UNKNOWN_FUNCTION_LABEL`.
+
+The model that made a call (``context.llmclient``) is free text too: its label is the
+name when the operator listed it (the ``quality_models`` setting,
+``TOOLFLEET_QUALITY_MODELS``), else :data:`OTHER_MODEL_LABEL` (:func:`model_label`).
 """
 
 from __future__ import annotations
@@ -14,7 +18,15 @@ from collections.abc import Container
 
 from toolfleet.shared.naming import FUNCTION_NAME_RE, MAX_FUNCTION_NAME
 
-__all__ = ["UNKNOWN_FUNCTION_LABEL", "function_label"]
+__all__ = [
+    "NO_MODEL_LABEL",
+    "OTHER_MODEL_LABEL",
+    "UNDECLARED_FIELD_LABEL",
+    "UNKNOWN_FUNCTION_LABEL",
+    "field_label",
+    "function_label",
+    "model_label",
+]
 
 #: The label value of every function name this side does not know. Served function names
 #: are ``ext_<slug>_<tool>`` (:func:`toolfleet.shared.naming.function_name`), so no served
@@ -48,3 +60,52 @@ def function_label(function: object, known: Container[str]) -> str:
     ):
         return function
     return UNKNOWN_FUNCTION_LABEL
+
+
+#: The ``model`` label of a call from a model not in the ``quality_models`` allow-list.
+OTHER_MODEL_LABEL = "other"
+#: The ``model`` label of a call whose context names no model (no ``llmclient``).
+NO_MODEL_LABEL = "none"
+
+
+def model_label(llmclient: object, allowed: Container[str]) -> str:
+    """The ``model`` label of a call made by ``llmclient``, bounded by an allow-list.
+
+    ``llmclient`` itself when it is in ``allowed`` (the ``quality_models`` setting),
+    :data:`NO_MODEL_LABEL` when the call names no model (``None`` or ``""``), else
+    :data:`OTHER_MODEL_LABEL`: the series a metric labelled with it can have are bounded
+    by ``allowed`` plus two. O(1).
+
+    Args:
+        llmclient: the call's ``context.llmclient`` as it came.
+        allowed: the model names to count by name (a frozenset, say).
+
+    Returns:
+        The label value.
+    """
+    if llmclient is None or llmclient == "":
+        return NO_MODEL_LABEL
+    if isinstance(llmclient, str) and llmclient in allowed:
+        return llmclient
+    return OTHER_MODEL_LABEL
+
+
+#: The ``field`` label of an argument the tool does not declare (the model invented it).
+UNDECLARED_FIELD_LABEL = "(undeclared)"
+
+
+def field_label(path: str, declared: Container[str]) -> str:
+    """The ``field`` label of a failing argument at ``path`` (e.g. ``items.*.qty``).
+
+    The path's first part when the tool declares it (its arguments model's fields),
+    ``(arguments)`` for the arguments as a whole, else :data:`UNDECLARED_FIELD_LABEL`:
+    bounded by the tool's schema plus two, whatever names a model sends.
+
+    Args:
+        path: the failing field's dotted path.
+        declared: the tool's top-level argument names.
+    """
+    head = path.split(".", 1)[0]
+    if path == "(arguments)" or head in declared:
+        return head
+    return UNDECLARED_FIELD_LABEL

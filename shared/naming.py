@@ -25,6 +25,7 @@ Redis keys (``ns`` is the namespace, default ``toolfleet``)::
     <ns>:quota:inflight:<scope>  sorted set: a scope's calls in flight -> deadline (ms)
     <ns>:quota:rate:<scope>      a scope's rate counter (theoretical arrival time, ms)
     <ns>:breaker:<function>      hash: a tool's breaker state
+    <ns>:agg:<minute>            hash: one minute's call aggregates (toolfleet.shared.aggregates)
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ __all__ = [
     "acks_key",
     "actor_name_for",
     "affinity_queue_for",
+    "aggregates_key",
     "all_keys_pattern",
     "breaker_key",
     "broker_heartbeats_key",
@@ -391,3 +393,14 @@ def breaker_key(namespace: str, function: str) -> str:
 def concurrency_key(namespace: str, function: str) -> str:
     """The sorted set of ``function``'s held slots (holder -> lease end, epoch ms)."""
     return f"{namespace}:concurrency:{function}"
+
+
+# -- aggregates --------------------------------------------------------------------------------
+
+
+def aggregates_key(namespace: str, minute_s: int) -> str:
+    """The hash of one minute's call aggregates (``minute_s``: its start, epoch seconds).
+
+    Layout of its fields: :mod:`toolfleet.shared.aggregates`.
+    """
+    return f"{namespace}:agg:{minute_s}"

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -57,6 +58,12 @@ class Settings(BaseSettings):
         quota_per_s: calls per second an account may make when it has no quota of its
             own; ``None``: no limit.
         quota_burst: calls at once above ``quota_per_s`` (``None``: the rate rounded up).
+        quality_models: the model names (``context.llmclient``) counted by name in the
+            aggregates and metrics (``TOOLFLEET_QUALITY_MODELS`` as a JSON list, e.g.
+            ``'["openai/gpt-4o", "anthropic/claude-sonnet-4"]'``); every other model
+            counts as ``other`` (:func:`toolfleet.shared.metric_labels.model_label`).
+        aggregates_ttl_s: seconds each minute of the call aggregates lives in Redis
+            (:mod:`toolfleet.shared.aggregates`); 0 turns them off (nothing is counted).
     """
 
     model_config = SettingsConfigDict(env_prefix="TOOLFLEET_", extra="ignore")
@@ -87,6 +94,10 @@ class Settings(BaseSettings):
     quota_in_flight: int | None = Field(default=None, ge=1)
     quota_per_s: float | None = Field(default=None, gt=0)
     quota_burst: int | None = Field(default=None, ge=1)
+    quality_models: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(
+        default_factory=list, max_length=64
+    )
+    aggregates_ttl_s: int = Field(default=86_400, ge=0)
 
     def extension_folders(self) -> list[Path]:
         """``extension_paths`` split on ``os.pathsep`` (``:`` on Linux), empty parts dropped."""
@@ -102,8 +113,13 @@ class Settings(BaseSettings):
         Returns:
             ``{"TOOLFLEET_<NAME>": text}`` for each field that is not ``None``.
         """
-        values = self.model_dump(exclude_none=True)
-        return {f"TOOLFLEET_{name.upper()}": str(value) for name, value in values.items()}
+        values = self.model_dump(mode="json", exclude_none=True)
+        return {
+            f"TOOLFLEET_{name.upper()}": json.dumps(value)
+            if isinstance(value, list)
+            else str(value)
+            for name, value in values.items()
+        }
 
     def secret_values(self) -> set[str]:
         """Values of these settings that are secrets, to scrub by value from replies and logs.

@@ -220,6 +220,9 @@ class ToolCallResult(BaseModel):
         route: for a tool with session affinity, the queue the conversation's next
             calls should go to (only the worker slot holding its state consumes it);
             see :mod:`toolfleet.producer.affinity`.
+        problems: ``(field, reason)`` of each failing argument of an
+            ``invalid_arguments`` result, for the worker's own aggregates; never encoded
+            (not on the wire), empty elsewhere.
     """
 
     model_config = ConfigDict(extra="ignore")
@@ -234,6 +237,7 @@ class ToolCallResult(BaseModel):
     worker: str | None = None
     description: str | None = None
     route: str | None = None
+    problems: tuple[tuple[str, str], ...] = Field(default=(), exclude=True)
 
     @property
     def ok(self) -> bool:

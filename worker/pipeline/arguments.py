@@ -68,7 +68,7 @@ def parse_arguments(raw: dict[str, Any] | str | None, model: type[BaseModel]) ->
                 return model.model_validate(retried)
             except ValidationError as again:
                 exc = again
-        raise InvalidArgumentsError(_describe(exc)) from None
+        raise InvalidArgumentsError(_describe(exc), problems=_problems(exc)) from None
 
 
 def _decode(raw: dict[str, Any] | str | None, *, has_fields: bool) -> dict[str, Any]:
@@ -79,14 +79,19 @@ def _decode(raw: dict[str, Any] | str | None, *, has_fields: bool) -> dict[str, 
         try:
             value = codec.loads(raw)
         except codec.DecodeError as exc:
-            raise InvalidArgumentsError(f"arguments are not valid JSON: {exc}") from None
+            raise InvalidArgumentsError(
+                f"arguments are not valid JSON: {exc}", problems=(("(arguments)", "not_json"),)
+            ) from None
         if isinstance(value, str):  # double-encoded: a JSON string holding the object
             with contextlib.suppress(codec.DecodeError):
                 value = codec.loads(value)
     if value is None and (raw is None or not has_fields):
         return {}
     if not isinstance(value, dict):
-        raise InvalidArgumentsError(f"arguments must be a JSON object, got {_json_type(value)}")
+        raise InvalidArgumentsError(
+            f"arguments must be a JSON object, got {_json_type(value)}",
+            problems=(("(arguments)", "not_object"),),
+        )
     return value
 
 
@@ -103,7 +108,10 @@ def _reject_extra(value: dict[str, Any], model: type[BaseModel]) -> None:
     extra = [key for key in value if key not in known]
     if extra:
         label = "unexpected argument" if len(extra) == 1 else "unexpected arguments"
-        raise InvalidArgumentsError(f"{label}: {', '.join(sorted(map(str, extra)))}")
+        names = sorted(map(str, extra))
+        raise InvalidArgumentsError(
+            f"{label}: {', '.join(names)}", problems=tuple((name, "extra") for name in names)
+        )
 
 
 def _decode_nested_strings(value: dict[str, Any], exc: ValidationError) -> dict[str, Any] | None:
@@ -138,6 +146,32 @@ def _describe(exc: ValidationError) -> str:
             message = "field required"
         parts.append(f"{where}: {message[:1].lower()}{message[1:]}")
     return "; ".join(parts[:10])
+
+
+#: pydantic error types that mean "not one of the allowed values".
+_ENUM_ERRORS = {"enum", "literal_error"}
+
+
+def _problems(exc: ValidationError) -> tuple[tuple[str, str], ...]:
+    """``(field, reason)`` of each error: the path with list positions as ``*``."""
+    found: dict[tuple[str, str], None] = {}
+    for error in exc.errors(include_url=False, include_input=False):
+        loc = error.get("loc", ())
+        where = ".".join("*" if isinstance(p, int) else str(p) for p in loc) or "(arguments)"
+        found[(where, _reason(str(error.get("type", ""))))] = None
+    return tuple(found)
+
+
+def _reason(kind: str) -> str:
+    if kind == "missing":
+        return "missing"
+    if kind in _ENUM_ERRORS:
+        return "enum"
+    if kind == "extra_forbidden":
+        return "extra"
+    if kind.endswith(("_type", "_parsing")) or kind in {"int_from_float", "is_instance_of"}:
+        return "wrong_type"
+    return "invalid"
 
 
 def _json_type(value: Any) -> str:

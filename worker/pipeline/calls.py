@@ -264,7 +264,8 @@ class CallPipeline:
         try:
             arguments = parse_arguments(request.arguments, served.arguments_model)
         except InvalidArgumentsError as exc:
-            return self._failure(request, Status.INVALID_ARGUMENTS, str(exc), timings)
+            failed = self._failure(request, Status.INVALID_ARGUMENTS, str(exc), timings)
+            return failed.model_copy(update={"problems": exc.problems})
         handle = CallHandle()
         with self._running_lock:
             self.running[request.id] = handle

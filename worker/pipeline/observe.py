@@ -7,7 +7,8 @@ import time
 from typing import Any
 
 from toolfleet.shared import codec
-from toolfleet.shared.metric_labels import function_label
+from toolfleet.shared.aggregates import Accumulator
+from toolfleet.shared.metric_labels import field_label, function_label, model_label
 from toolfleet.shared.signals import REDACTED, tool_requested, tool_responded
 from toolfleet.shared.wire import Status, ToolCallRequest, ToolCallResult
 from toolfleet.worker.registry.registry import Registry
@@ -29,11 +30,23 @@ class Observer:
     Args:
         registry: what this process serves (extension of a function, redaction).
         worker_id: ``host:pid`` of this process, in every event.
+        models: the model names counted by name (``quality_models``); others are ``other``.
+        aggregates: counts each answered call for the per-minute aggregates the heartbeat
+            writes (:mod:`toolfleet.shared.aggregates`); ``None``: they are off.
     """
 
-    def __init__(self, registry: Registry, worker_id: str) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        worker_id: str,
+        *,
+        models: frozenset[str] = frozenset(),
+        aggregates: Accumulator | None = None,
+    ) -> None:
         self.registry = registry
         self.worker_id = worker_id
+        self.models = models
+        self.aggregates = aggregates
         #: call id -> the function label its in-flight gauge went up under (so it comes
         #: down under the same one, even if the served functions changed meanwhile)
         self._in_flight: dict[str, str] = {}
@@ -79,6 +92,14 @@ class Observer:
         text = self.registry.redactor.scrub(text)
         return text if len(text) <= MAX_LOGGED_ARGUMENTS else text[:MAX_LOGGED_ARGUMENTS] + "…"
 
+    def _count_fields(
+        self, function: str, label: str, model: str, problems: tuple[tuple[str, str], ...]
+    ) -> None:
+        served = self.registry.served.get(function)
+        declared = served.arguments_model.model_fields if served is not None else {}
+        for path, reason in problems:
+            metrics.INVALID_FIELDS.labels(label, model, field_label(path, declared), reason).inc()
+
     def requested(self, request: ToolCallRequest) -> dict[str, Any]:
         """A call was accepted: count it in flight and fire ``tool_requested``."""
         label = self._label(request.function)
@@ -101,13 +122,24 @@ class Observer:
         label = self._label(request.function)
         if accepted:
             metrics.IN_FLIGHT.labels(self._in_flight.pop(request.id, label)).dec()
-        metrics.CALLS.labels(label, slug, result.status.value).inc()
+        model = model_label(request.context.llmclient, self.models)
+        metrics.CALLS.labels(label, slug, result.status.value, model).inc()
         if result.run_s is not None:
-            metrics.CALL_DURATION.labels(label).observe(result.run_s)
+            metrics.CALL_DURATION.labels(label, model).observe(result.run_s)
         if result.queued_s is not None:
             metrics.QUEUE_WAIT.labels(queue).observe(result.queued_s)
+        if self.aggregates is not None:
+            self.aggregates.record(
+                label,
+                model,
+                result.status.value,
+                queued_s=result.queued_s,
+                run_s=result.run_s,
+                problems=result.problems,
+            )
         if result.status is Status.INVALID_ARGUMENTS:
-            metrics.INVALID_ARGUMENTS.labels(label).inc()
+            metrics.INVALID_ARGUMENTS.labels(label, model).inc()
+            self._count_fields(request.function, label, model, result.problems)
             sent = self._raw_arguments(request)
             log.info("invalid arguments for %s (call %s): %s; the model sent: %s",
                      request.function, request.id, result.error, sent)  # fmt: skip

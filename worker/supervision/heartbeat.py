@@ -15,6 +15,7 @@ from typing import Any
 import redis
 from dramatiq.brokers.redis import RedisBroker
 
+from toolfleet.shared import aggregates as agg
 from toolfleet.shared import codec
 from toolfleet.shared.catalog_epoch import REPUBLISH_SCRIPT
 from toolfleet.shared.extension_errors import WorkerErrors
@@ -57,6 +58,10 @@ class CatalogPublisher:
             dead for ``heartbeat_timeout`` back to their queue.
         janitor: registers this process's slot queues every beat and, with the
             maintenance, hands back the calls of slots that are gone (session affinity).
+        aggregates: the calls counted since the last beat; each beat adds them to the
+            per-minute aggregates in the same pipeline (:func:`toolfleet.shared.aggregates.write`),
+            and puts them back when the beat fails. ``None``: aggregates are off.
+        aggregates_ttl_s: seconds each minute's aggregates live after a write.
     """
 
     def __init__(
@@ -70,8 +75,12 @@ class CatalogPublisher:
         worker_ttl_s: float,
         broker: RedisBroker | None = None,
         janitor: SlotJanitor | None = None,
+        aggregates: agg.Accumulator | None = None,
+        aggregates_ttl_s: int = 86_400,
     ) -> None:
         self.client = client
+        self.aggregates = aggregates
+        self.aggregates_ttl_s = aggregates_ttl_s
         self.janitor = janitor
         self.namespace = namespace
         self.registry = registry
@@ -142,7 +151,13 @@ class CatalogPublisher:
                 broker_heartbeats_key(self.namespace), {self.broker.broker_id: int(now * 1000)}
             )
             pipe.hset(brokers_key(self.namespace), self.worker_id, self.broker.broker_id)
-        replies = pipe.execute()
+        drained = self._drain_into(pipe)
+        try:
+            replies = pipe.execute()
+        except BaseException:
+            if drained and self.aggregates is not None:
+                self.aggregates.restore(drained)
+            raise
         self._epoch = _text(replies[0])
         self._remembered = sorted(_text(name) for name in replies[names_at])
         self.registry.switches.refresh(self.client)
@@ -152,6 +167,30 @@ class CatalogPublisher:
                 run_maintenance(self.broker, queue)
             if self.janitor is not None:
                 self.janitor.sweep(self.broker)
+
+    def _drain_into(self, pipe: Any) -> agg.Pending:
+        if self.aggregates is None:
+            return {}
+        drained = self.aggregates.drain()
+        agg.write(pipe, self.namespace, drained, self.aggregates_ttl_s)
+        return drained
+
+    def flush_aggregates(self) -> None:
+        """Write the calls counted since the last beat now (at drain, after the last call).
+
+        Raises:
+            redis.RedisError: Redis failed (the counts are kept for a later try).
+        """
+        pipe = self.client.pipeline(transaction=False)
+        drained = self._drain_into(pipe)
+        if not drained:
+            return
+        try:
+            pipe.execute()
+        except BaseException:
+            if self.aggregates is not None:
+                self.aggregates.restore(drained)
+            raise
 
     def withdraw(self) -> None:
         """Remove this worker from every queue's live set and its error report (on shutdown)."""

@@ -20,11 +20,13 @@ __all__ = [
     "EXTENSION_LOAD_ERRORS",
     "IN_FLIGHT",
     "INVALID_ARGUMENTS",
+    "INVALID_FIELDS",
     "MCP_SERVERS",
     "MCP_SERVER_RESTARTS",
     "OVERSIZE",
     "POISON_MESSAGES",
     "QUEUE_WAIT",
+    "SHAPED",
     "STUCK_THREADS",
     "WORKER_UP",
 ]
@@ -51,15 +53,17 @@ CONCURRENCY_WAIT = Histogram(
     ["function"],
     buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
 )
+#: ``model`` labels are the names in the ``quality_models`` allow-list, ``other`` or
+#: ``none`` (:func:`toolfleet.shared.metric_labels.model_label`).
 CALLS = Counter(
     "toolfleet_tool_calls_total",
-    "Tool calls answered, by function, extension and status.",
-    ["function", "extension", "status"],
+    "Tool calls answered, by function, extension, status and model.",
+    ["function", "extension", "status", "model"],
 )
 CALL_DURATION = Histogram(
     "toolfleet_tool_call_duration_seconds",
     "Time a tool ran, seconds.",
-    ["function"],
+    ["function", "model"],
     buckets=DURATION_BUCKETS,
 )
 QUEUE_WAIT = Histogram(
@@ -77,6 +81,19 @@ IN_FLIGHT = Gauge(
 INVALID_ARGUMENTS = Counter(
     "toolfleet_invalid_arguments_total",
     "Calls whose arguments did not parse or validate (a bad description or schema shows here).",
+    ["function", "model"],
+)
+#: ``field``: a declared argument, ``(arguments)`` or ``(undeclared)``
+#: (:func:`toolfleet.shared.metric_labels.field_label`); ``reason``: one of
+#: :data:`toolfleet.shared.aggregates.REASONS`.
+INVALID_FIELDS = Counter(
+    "toolfleet_invalid_argument_fields_total",
+    "Failing arguments of invalid_arguments calls, by function, model, field and reason.",
+    ["function", "model", "field", "reason"],
+)
+SHAPED = Counter(
+    "toolfleet_results_shaped_total",
+    'Results cut to fit their byte budget (result_shaping = "truncate"), by function.',
     ["function"],
 )
 EXTENSION_LOAD_ERRORS = Counter(

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import dramatiq
 import redis
 
+from toolfleet.shared.aggregates import Accumulator
 from toolfleet.shared.lifeline import die_with_parent
 from toolfleet.shared.naming import affinity_queue_for, brokers_key
 from toolfleet.shared.settings import Settings
@@ -156,7 +157,11 @@ def main(argv: list[str] | None = None) -> int:
         ),
     )
     routes = {private: public for public, private in affinity_routes.items()}
-    handler = MessageHandler(pipeline, ledger, Observer(registry, worker_id))
+    aggregates = Accumulator() if settings.aggregates_ttl_s > 0 else None
+    observer = Observer(
+        registry, worker_id, models=frozenset(settings.quality_models), aggregates=aggregates
+    )
+    handler = MessageHandler(pipeline, ledger, observer)
     declare_actors(broker, handler, queues, private=routes)
     broker.client.hset(brokers_key(settings.namespace), worker_id, broker.broker_id)
     janitor = (
@@ -174,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         settings.worker_ttl_s,
         broker=broker,
         janitor=janitor,
+        aggregates=aggregates,
+        aggregates_ttl_s=settings.aggregates_ttl_s,
     )
     cancels = CancelListener(redis_url, settings.namespace, pipeline, factory=factory)
     worker = dramatiq.Worker(broker, queues=queues | set(routes), worker_threads=args.threads)
@@ -193,6 +200,10 @@ def main(argv: list[str] | None = None) -> int:
         publisher.stop()
         worker.stop(timeout=int(settings.shutdown_grace_s * 1000))
         cancels.stop()
+        try:
+            publisher.flush_aggregates()  # the calls answered since the last beat
+        except redis.RedisError as exc:
+            log.warning("could not write the last call aggregates: %s", exc)
         try:
             broker.client.hdel(brokers_key(settings.namespace), worker_id)
         except redis.RedisError as exc:  # Redis gone at shutdown: its entry expires unread
