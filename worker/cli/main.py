@@ -31,6 +31,7 @@ from toolfleet.worker.cli.admin import extensions, switch
 from toolfleet.worker.cli.limits import limits
 from toolfleet.worker.cli.mcp_serve import mcp
 from toolfleet.worker.cli.ops import events, exporter, health, top
+from toolfleet.worker.cli.quality import quality
 from toolfleet.worker.cli.support import EXIT_FAILED, CliState, ToolfleetGroup, global_options
 from toolfleet.worker.devtools.local_fleet import LocalFleet
 from toolfleet.worker.devtools.replay import ReplayReport, load_cases, replay, sample_file
@@ -317,6 +318,7 @@ cli.add_command(events)
 cli.add_command(health)
 cli.add_command(exporter)
 cli.add_command(mcp)
+cli.add_command(quality)
 
 
 def main() -> None:
