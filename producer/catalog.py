@@ -104,7 +104,13 @@ class Catalog:
         )
         live = self.is_live(function)
         return refusal(
-            function, entry, self.switches, account, live=live, republishing=republishing
+            function,
+            entry,
+            self.switches,
+            account,
+            live=live,
+            republishing=republishing,
+            known=self.typed,
         )
 
 

@@ -12,7 +12,14 @@ import weakref
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-__all__ = ["CALL_DURATION", "LATE_REPLIES", "REFUSED", "REGISTRY", "register"]
+__all__ = [
+    "CALL_DURATION",
+    "LATE_REPLIES",
+    "REFUSED",
+    "REGISTRY",
+    "UNKNOWN_FUNCTIONS",
+    "register",
+]
 
 #: The producer's registry (separate from the host application's default one).
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -60,7 +67,17 @@ REFUSED = Counter(
     registry=REGISTRY,
 )
 
-_ALL = (CALL_DURATION, LATE_REPLIES, REFUSED)
+#: Labels: the model (``quality_models`` bound, :func:`toolfleet.shared.metric_labels.model_label`)
+#: and the name asked for (its first 100 distinct names, then ``unknown``:
+#: :class:`toolfleet.shared.metric_labels.AskedNames`).
+UNKNOWN_FUNCTIONS = Counter(
+    "toolfleet_client_unknown_functions",
+    "Calls to a function the catalog does not hold (answered unknown_function), by model and name.",
+    ["model", "asked"],
+    registry=REGISTRY,
+)
+
+_ALL = (CALL_DURATION, LATE_REPLIES, REFUSED, UNKNOWN_FUNCTIONS)
 
 
 def register(registry: CollectorRegistry = REGISTRY) -> None:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from toolfleet.shared.manifest import Availability
 from toolfleet.shared.naming import extension_switch, function_name
+from toolfleet.shared.nearest import did_you_mean
 from toolfleet.shared.wire import Status
 
 __all__ = [
@@ -146,6 +147,7 @@ def refusal(
     *,
     live: bool = True,
     republishing: bool = False,
+    known: Mapping[str, CatalogEntry] | None = None,
 ) -> Refusal | None:
     """Why ``function`` may not be offered or called for ``account`` now (``None``: it may).
 
@@ -164,11 +166,19 @@ def refusal(
             not been given back yet after Redis lost its data (see
             :mod:`toolfleet.shared.catalog_epoch`): ``not_available`` then, which a
             caller retries, instead of ``unknown_function``.
+        known: the catalog (function name -> entry); an ``unknown_function`` message
+            then names the nearest functions available to ``account``
+            (:func:`toolfleet.shared.nearest.did_you_mean`), e.g. ``unknown function
+            'ext_bfcl_math_gdc'; did you mean 'ext_bfcl_math_gcd'?``.
     """
     if entry is None and republishing:
         return Refusal(Status.NOT_AVAILABLE, CATALOG_REPUBLISHING)
     if entry is None:
-        return Refusal(Status.UNKNOWN_FUNCTION, f"unknown function {function!r}")
+        offered = (
+            (name for name, e in known.items() if e.availability.allows(account)) if known else ()
+        )
+        hint = did_you_mean(function, offered)
+        return Refusal(Status.UNKNOWN_FUNCTION, f"unknown function {function!r}{hint}")
     if not live:
         message = f"no live worker serves {function!r} (queue {entry.queue})"
         return Refusal(Status.NOT_AVAILABLE, message)

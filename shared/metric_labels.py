@@ -14,6 +14,7 @@ name when the operator listed it (the ``quality_models`` setting,
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Container
 
 from toolfleet.shared.naming import FUNCTION_NAME_RE, MAX_FUNCTION_NAME
@@ -23,6 +24,7 @@ __all__ = [
     "OTHER_MODEL_LABEL",
     "UNDECLARED_FIELD_LABEL",
     "UNKNOWN_FUNCTION_LABEL",
+    "AskedNames",
     "field_label",
     "function_label",
     "model_label",
@@ -109,3 +111,37 @@ def field_label(path: str, declared: Container[str]) -> str:
     if path == "(arguments)" or head in declared:
         return head
     return UNDECLARED_FIELD_LABEL
+
+
+class AskedNames:
+    """The ``asked`` label of calls to unknown functions: the name, for the first ``limit``.
+
+    A model that invents function names could open a series per invention; this keeps
+    the first ``limit`` distinct well-formed names (OpenAI's pattern, at most 64
+    characters) this process saw and counts every later one, and every malformed one,
+    under :data:`UNKNOWN_FUNCTION_LABEL`. Thread-safe, O(1).
+
+    Args:
+        limit: distinct names kept (100 by default).
+    """
+
+    def __init__(self, limit: int = 100) -> None:
+        self.limit = limit
+        self._kept: set[str] = set()
+        self._lock = threading.Lock()
+
+    def label(self, function: object) -> str:
+        """The label value for a call to the unknown function ``function``."""
+        if not (
+            isinstance(function, str)
+            and len(function) <= MAX_FUNCTION_NAME
+            and FUNCTION_NAME_RE.fullmatch(function)
+        ):
+            return UNKNOWN_FUNCTION_LABEL
+        with self._lock:
+            if function in self._kept:
+                return function
+            if len(self._kept) < self.limit:
+                self._kept.add(function)
+                return function
+        return UNKNOWN_FUNCTION_LABEL

@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import Fleet, start_fleet, toolfleet_command
 from toolfleet.producer import ToolClient
+from toolfleet.shared.settings import Settings
 
 ADD = "ext_fleet_test_add"
 FAIL = "ext_fleet_test_fail"
@@ -198,3 +199,46 @@ def test_since_must_be_a_duration(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert out.returncode == 2 and "not a duration" in out.stderr
+
+
+def _unknown_count(model: str, asked: str) -> float:
+    from toolfleet.producer import metrics
+
+    value = metrics.REGISTRY.get_sample_value(
+        "toolfleet_client_unknown_functions_total", {"model": model, "asked": asked}
+    )
+    return value or 0.0
+
+
+def test_a_misspelled_name_answers_the_nearest_tool_and_is_counted_per_model(
+    quality_fleet: tuple[Fleet, int],
+) -> None:
+    """A call to a misspelled function is answered unknown_function naming the nearest served
+    function, and the producer's counter for that model and name rose by one."""
+    fleet, _ = quality_fleet
+    settings = Settings.from_env(quality_models=MODELS)
+    before = _unknown_count("model-a", "ext_fleet_test_ad")
+    other_before = _unknown_count("other", "ext_fleet_test_ad")
+    with ToolClient(fleet.redis_url, namespace=fleet.namespace, settings=settings) as client:
+        result = client.call("ext_fleet_test_ad", {"a": 1, "b": 2},
+                             context={"llmclient": "model-a"}, timeout_s=20)  # fmt: skip
+        turn = client.dispatch(
+            [{"id": "call_0", "type": "function",
+              "function": {"name": "ext_fleet_test_ad", "arguments": "{}"}}],
+            context={"llmclient": "model-q"}, timeout_s=20,
+        )  # fmt: skip
+    assert result.status.value == "unknown_function"
+    assert result.error is not None
+    assert result.error.startswith("unknown function 'ext_fleet_test_ad'; did you mean ")
+    assert "'ext_fleet_test_add'" in result.error.split("did you mean", 1)[1]
+    assert "did you mean" in str(turn)
+    assert _unknown_count("model-a", "ext_fleet_test_ad") == before + 1
+    assert _unknown_count("other", "ext_fleet_test_ad") == other_before + 1
+
+
+def test_a_name_near_nothing_served_gets_no_suggestion(quality_fleet: tuple[Fleet, int]) -> None:
+    """A name like no served function is answered with the plain message."""
+    fleet, _ = quality_fleet
+    with ToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
+        result = client.call("get_weather_in_paris", {}, timeout_s=20)
+    assert result.content == {"error": "unknown function 'get_weather_in_paris'"}

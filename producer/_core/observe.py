@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Container
 
+from toolfleet.shared.metric_labels import AskedNames, model_label
 from toolfleet.shared.signals import tool_presented
 
-__all__ = ["count_late_reply", "observe_call", "present"]
+__all__ = ["count_late_reply", "count_unknown", "observe_call", "present"]
+
+#: The names asked for that label ``toolfleet_client_unknown_functions`` in this process.
+_ASKED = AskedNames()
 
 log = logging.getLogger("toolfleet.producer")
 
@@ -43,3 +48,14 @@ def count_refused(function: str, reason: str) -> None:
     from toolfleet.producer import metrics
 
     metrics.REFUSED.labels(function, reason).inc()
+
+
+def count_unknown(function: str, llmclient: str | None, models: Container[str]) -> None:
+    """Count a call to a function the catalog does not hold (``unknown_function``).
+
+    ``toolfleet_client_unknown_functions{model, asked}``: the model under the
+    ``quality_models`` bound, the name asked for under :class:`AskedNames`' bound.
+    """
+    from toolfleet.producer import metrics
+
+    metrics.UNKNOWN_FUNCTIONS.labels(model_label(llmclient, models), _ASKED.label(function)).inc()

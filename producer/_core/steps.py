@@ -40,7 +40,7 @@ from toolfleet.producer._core.calls import (
 from toolfleet.producer._core.config import ClientConfig, Identity
 from toolfleet.producer._core.fleet import QueuedCancel, queued_cancel, queued_request
 from toolfleet.producer._core.listing import tool_list
-from toolfleet.producer._core.observe import count_refused
+from toolfleet.producer._core.observe import count_refused, count_unknown
 from toolfleet.producer._core.pending import PendingTable, ResultFuture, settle
 from toolfleet.producer._redis import connection_failed
 from toolfleet.producer.affinity import Routes, learn_route
@@ -245,6 +245,13 @@ class ProducerCore:
         if not isinstance(outcome, REDIS_FAILURES):
             raise outcome
 
+    def _refused(self, result: ToolCallResult, context: CallContext) -> ToolCallResult:
+        """A call answered before publishing: counted (an unknown function) and signalled."""
+        if result.status is Status.UNKNOWN_FUNCTION:
+            models = self.config.settings.quality_models
+            count_unknown(result.function, context.llmclient, models)
+        return fire_refused(result, context)
+
     # -- operations ----------------------------------------------------------------------
 
     def submit(self, request: ToolCallRequest, future: ResultFuture) -> Generator[Step, Any, None]:
@@ -259,12 +266,12 @@ class ProducerCore:
         except REDIS_FAILURES as exc:
             refusal = catalog_refusal(exc, request.timeout_s)
             refused = local_result(request, refusal.status, refusal.message)
-            settle(future, fire_refused(refused, request.context))
+            settle(future, self._refused(refused, request.context))
             return
         admitted = admit(request, catalog, self.config.settings, self.lengths, self.routes)
         if isinstance(admitted, Refusal):
             refused = local_result(request, admitted.status, admitted.message)
-            settle(future, fire_refused(refused, request.context))
+            settle(future, self._refused(refused, request.context))
             return
         if not (yield TakeSlot(None)):
             wait_s = self.slot_wait_s(request.deadline)
@@ -321,7 +328,7 @@ class ProducerCore:
                 routes=self.routes,
             )
             if isinstance(prepared, ToolCallResult):
-                state.answer(call.index, fire_refused(prepared, ctx))
+                state.answer(call.index, self._refused(prepared, ctx))
                 continue
             queue_name, request = prepared
             if not (yield TakeSlot(None)):
@@ -331,7 +338,7 @@ class ProducerCore:
                 if not (yield TakeSlot(wait_s)):
                     error = backpressure_error(self.config.max_in_flight, max(0.0, wait_s))
                     refused = local_result(request, Status.REJECTED, str(error))
-                    state.answer(call.index, fire_refused(refused, ctx))
+                    state.answer(call.index, self._refused(refused, ctx))
                     continue
             batch.append((call.index, queue_name, request))
         yield from self._publish_batch(state, batch, new_future, catalog)

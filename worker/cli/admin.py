@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import sys
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from toolfleet.shared.naming import (
     mcp_servers_key,
     switches_key,
 )
+from toolfleet.shared.nearest import nearest_names
 from toolfleet.worker.registry.loader import load_all
 from toolfleet.worker.registry.registry import Registry
 
@@ -60,7 +60,7 @@ def _catalog_switches(client: redis.Redis, namespace: str) -> tuple[set[str], di
 
 
 def _unknown(name: str, known: list[str], what: str) -> click.ClickException:
-    nearest = difflib.get_close_matches(name, known, n=5, cutoff=0.6)
+    nearest = nearest_names(name, known)
     if nearest:
         return click.ClickException(f"{what} {name!r}; nearest: {', '.join(nearest)}")
     return click.ClickException(f"{what} {name!r} (see `toolfleet tools --all`)")

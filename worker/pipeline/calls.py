@@ -216,7 +216,10 @@ class CallPipeline:
         switches: Mapping[str, bool] = self.registry.switches.states
         if entry is not None and not fresh_switches:
             switches = dict.fromkeys(governing_switches(entry), True)
-        refused = refusal(request.function, entry, switches, request.context.account)
+        known = None
+        if served is None:  # an unknown function: the message names the nearest served ones
+            known = {n: self.registry.catalog_entry(s) for n, s in self.registry.served.items()}
+        refused = refusal(request.function, entry, switches, request.context.account, known=known)
         if refused is not None:
             return self._failure(request, refused.status, refused.message, timings)
         return None
