@@ -23,7 +23,7 @@ from typing_extensions import override
 
 from toolfleet.producer._core import steps as core
 from toolfleet.producer._core.base import ClientBase
-from toolfleet.producer._core.calls import REDIS_FAILURES, Arguments
+from toolfleet.producer._core.calls import REDIS_FAILURES, Arguments, check_budget
 from toolfleet.producer._core.fleet import (
     CANCEL_QUEUED_SCRIPT,
     queue_find_queued,
@@ -114,7 +114,8 @@ class AsyncToolClient(ClientBase):
     @override
     async def submit(self, function: str, arguments: Arguments = None, *,
                tool_call_id: str | None = None, context: CallContext | dict[str, Any] | None = None,
-               timeout_s: float = 30.0) -> AsyncCallFuture:  # fmt: skip
+               timeout_s: float = 30.0, max_result_bytes: int | None = None,
+               ) -> AsyncCallFuture:  # fmt: skip
         """As ``ToolClient.submit``, awaiting a slot; canceling the future cancels the call.
 
         Canceling the awaiting task cancels the call too, however far ``submit`` got: a
@@ -122,7 +123,14 @@ class AsyncToolClient(ClientBase):
         """
         self._check_open()
         return await self._submit(
-            self._request(function, arguments, tool_call_id, context, timeout_s)
+            self._request(
+                function,
+                arguments,
+                tool_call_id,
+                context,
+                timeout_s,
+                max_result_bytes=max_result_bytes,
+            )  # fmt: skip
         )
 
     @override
@@ -157,17 +165,19 @@ class AsyncToolClient(ClientBase):
     async def dispatch(self, tool_calls: Any, *,
                        context: CallContext | dict[str, Any] | None = None, timeout_s: float = 30.0,
                        on_event: Callable[[CallEvent], object] | None = None,
-                       ) -> list[dict[str, Any]]:  # fmt: skip
+                       max_result_bytes: int | None = None) -> list[dict[str, Any]]:  # fmt: skip
         """Run every tool call of one model turn (see ``ToolClient.dispatch``).
 
         ``on_event`` may be a coroutine function (awaited before the next event).
         Canceling the awaiting task cancels the turn's calls still running.
         """
         if on_event is None:
-            state = await self._start_turn(tool_calls, context, timeout_s, None)
+            budget = check_budget(max_result_bytes)
+            state = await self._start_turn(tool_calls, context, timeout_s, None, budget)
             await asyncio.gather(*(f for f in state.futures if isinstance(f, asyncio.Future)))
             return state.messages()
-        async with self.stream(tool_calls, context=context, timeout_s=timeout_s) as events:
+        async with self.stream(tool_calls, context=context, timeout_s=timeout_s,
+                               max_result_bytes=max_result_bytes) as events:  # fmt: skip
             async for event in events:
                 outcome = on_event(event)
                 if inspect.isawaitable(outcome):
@@ -239,11 +249,13 @@ class AsyncToolClient(ClientBase):
         self._listener.bind()
 
     async def _start_turn(self, tool_calls: Any, context: Any, timeout_s: float,
-                          emit: Callable[[CallEvent], None] | None) -> TurnState:  # fmt: skip
+                          emit: Callable[[CallEvent], None] | None,
+                          max_result_bytes: int | None = None) -> TurnState:  # fmt: skip
         self._check_open()
         loop = self._listener.bind()
         turn = self._core.turn(tool_calls, context, timeout_s, emit,
-                               lambda call_id: AsyncCallFuture(call_id, loop=loop))  # fmt: skip
+                               lambda call_id: AsyncCallFuture(call_id, loop=loop),
+                               max_result_bytes)  # fmt: skip
         return await self._drive(turn)
 
     async def _cancel(self, call_ids: list[str]) -> bool:

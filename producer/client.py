@@ -20,7 +20,7 @@ from typing_extensions import override
 
 from toolfleet.producer._core import steps as core
 from toolfleet.producer._core.base import ClientBase
-from toolfleet.producer._core.calls import REDIS_FAILURES, Arguments
+from toolfleet.producer._core.calls import REDIS_FAILURES, Arguments, check_budget
 from toolfleet.producer._core.fleet import (
     CANCEL_QUEUED_SCRIPT,
     queue_find_queued,
@@ -143,9 +143,11 @@ class ToolClient(ClientBase):
     @override
     def submit(self, function: str, arguments: Arguments = None, *,
                tool_call_id: str | None = None, context: CallContext | dict[str, Any] | None = None,
-               timeout_s: float = 30.0) -> CallFuture:  # fmt: skip
+               timeout_s: float = 30.0, max_result_bytes: int | None = None,
+               ) -> CallFuture:  # fmt: skip
         self._check_open()
-        request = self._request(function, arguments, tool_call_id, context, timeout_s)
+        request = self._request(function, arguments, tool_call_id, context, timeout_s,
+                                max_result_bytes=max_result_bytes)  # fmt: skip
         future = CallFuture(request.id)
         self._drive(self._core.submit(request, future))
         return future
@@ -157,14 +159,16 @@ class ToolClient(ClientBase):
     @override
     def dispatch(self, tool_calls: Any, *, context: CallContext | dict[str, Any] | None = None,
                  timeout_s: float = 30.0, on_event: Callable[[CallEvent], object] | None = None,
-                 ) -> list[dict[str, Any]]:  # fmt: skip
+                 max_result_bytes: int | None = None) -> list[dict[str, Any]]:  # fmt: skip
         if on_event is None:
-            state = self._start_turn(tool_calls, context, timeout_s, None)
+            budget = check_budget(max_result_bytes)
+            state = self._start_turn(tool_calls, context, timeout_s, None, budget)
             for future in state.futures:
                 if future is not None:
                     future.result()  # resolved by the deadline at the latest
             return state.messages()
-        with self.stream(tool_calls, context=context, timeout_s=timeout_s) as events:
+        with self.stream(tool_calls, context=context, timeout_s=timeout_s,
+                         max_result_bytes=max_result_bytes) as events:  # fmt: skip
             for event in events:
                 on_event(event)
         return events.messages
@@ -219,9 +223,11 @@ class ToolClient(ClientBase):
     # -- the I/O the core asks for ---------------------------------------------------------
 
     def _start_turn(self, tool_calls: Any, context: Any, timeout_s: float,
-                    emit: Callable[[CallEvent], None] | None) -> TurnState:  # fmt: skip
+                    emit: Callable[[CallEvent], None] | None,
+                    max_result_bytes: int | None = None) -> TurnState:  # fmt: skip
         self._check_open()
-        return self._drive(self._core.turn(tool_calls, context, timeout_s, emit, CallFuture))
+        turn = self._core.turn(tool_calls, context, timeout_s, emit, CallFuture, max_result_bytes)
+        return self._drive(turn)
 
     def _cancel(self, call_ids: list[str]) -> bool:
         return bool(self._drive(self._core.cancel(call_ids)))

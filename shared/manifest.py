@@ -21,6 +21,7 @@ Example ``extension.toml``::
     retry = { attempts = 3, backoff_s = 0.2, on = ["crashed", "timeout"] }
     concurrency = 3                     # at most 3 calls at once, fleet-wide
     breaker = { failures = 5, cooldown_s = 30 }   # see toolfleet.shared.tenancy.breakers
+    result_shaping = "truncate"         # a result over budget is cut to fit (default: error)
 
     [[settings]]
     name = "api_key"
@@ -176,6 +177,10 @@ class ToolOptions(BaseModel):
             API's limit); further calls wait for a slot within their deadline.
         breaker: its circuit breaker (see
             :class:`~toolfleet.shared.tenancy.breakers.BreakerPolicy`); none by default.
+        result_shaping: what a result over its byte budget becomes: ``error`` (a
+            ``tool_error`` telling the model to ask for less; the default) or ``truncate``
+            (the result cut to fit, markers saying what was cut, ``shaped`` set; see
+            :mod:`toolfleet.shared.shaping`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -186,6 +191,7 @@ class ToolOptions(BaseModel):
     retry: RetryPolicy | None = None
     concurrency: int | None = Field(default=None, ge=1)
     breaker: BreakerPolicy | None = None
+    result_shaping: Literal["error", "truncate"] | None = None
 
 
 class Manifest(BaseModel):

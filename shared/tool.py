@@ -54,6 +54,10 @@ class ExtensionContext:
             or ``None`` when it declares none.
         canceled: becomes true when the call is canceled or timed out (a thread tool
             should check it in long loops).
+        max_result_bytes: the most bytes the result may take encoded: the call's budget
+            (``max_result_bytes=`` on the call) or the worker's limit, the smaller; a tool
+            may shape its own result to it (e.g. return fewer rows and a cursor).
+            ``None`` outside a worker.
     """
 
     call_id: str
@@ -68,6 +72,7 @@ class ExtensionContext:
     conversation: str | None = None
     traceparent: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    max_result_bytes: int | None = None
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("toolfleet.tool"))
     settings: Any = None
     switches: Callable[[str], bool] = field(default=lambda name: True, repr=False)

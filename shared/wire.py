@@ -35,6 +35,7 @@ from toolfleet.shared.limits import (
     MAX_REPLY_TO_CHARS,
     MAX_TRACESTATE_CHARS,
 )
+from toolfleet.shared.shaping import MIN_BUDGET_BYTES
 from toolfleet.shared.status import Status
 
 __all__ = [
@@ -152,6 +153,11 @@ class ToolCallRequest(BaseModel):
         sent_at: Unix epoch seconds when the producer published the call.
         events: when true the worker posts ``running`` and ``progress`` events to
             ``reply_to`` before the result (a producer streaming the call's status).
+        max_result_bytes: the most bytes the result may take encoded (the model's
+            context budget for it), at least 64; ``None``: the worker's own limit. The
+            smaller of the two applies; over it, the tool's ``result_shaping`` decides
+            (``error``: a ``tool_error``; ``truncate``: the result cut to fit, see
+            :mod:`toolfleet.shared.shaping`).
 
     Bounds (:mod:`toolfleet.shared.limits`): ``id`` at most ``MAX_ID_CHARS`` (128)
     characters, ``tool_call_id`` and ``function`` at most ``MAX_NAME_CHARS`` (256),
@@ -172,6 +178,7 @@ class ToolCallRequest(BaseModel):
     timeout_s: float = Field(allow_inf_nan=False)
     sent_at: float = Field(default_factory=time.time)
     events: bool = False
+    max_result_bytes: int | None = Field(default=None, ge=MIN_BUDGET_BYTES)
 
     def arguments_size(self) -> int:
         """Bytes ``arguments`` take on the wire (0 for none).
@@ -220,6 +227,8 @@ class ToolCallResult(BaseModel):
         route: for a tool with session affinity, the queue the conversation's next
             calls should go to (only the worker slot holding its state consumes it);
             see :mod:`toolfleet.producer.affinity`.
+        shaped: ``True`` when the worker cut the result to fit its byte budget
+            (``result_shaping = "truncate"``); ``None`` otherwise.
         problems: ``(field, reason)`` of each failing argument of an
             ``invalid_arguments`` result, for the worker's own aggregates; never encoded
             (not on the wire), empty elsewhere.
@@ -237,6 +246,7 @@ class ToolCallResult(BaseModel):
     worker: str | None = None
     description: str | None = None
     route: str | None = None
+    shaped: bool | None = None
     problems: tuple[tuple[str, str], ...] = Field(default=(), exclude=True)
 
     @property

@@ -6,7 +6,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from toolfleet.producer._core.calls import Arguments, build_request, check_timeout, make_context
+from toolfleet.producer._core.calls import (
+    Arguments,
+    build_request,
+    check_budget,
+    check_timeout,
+    make_context,
+)
 from toolfleet.producer._core.config import configure
 from toolfleet.producer._core.steps import ProducerCore
 from toolfleet.shared.errors import ClientClosedError, ClientError
@@ -79,17 +85,19 @@ class ClientBase(ABC):
 
     def _request(
         self, function: Any, arguments: Any, tool_call_id: Any, context: Any, timeout_s: Any,
-        call_id: Any = None,
+        call_id: Any = None, max_result_bytes: Any = None,
     ) -> ToolCallRequest:  # fmt: skip
         """A new request of this client (raises ``ClientError`` for bad arguments)."""
         return build_request(function, arguments, tool_call_id=tool_call_id,
                              context=make_context(context), timeout_s=check_timeout(timeout_s),
-                             reply_to=self.reply_to, call_id=call_id)  # fmt: skip
+                             reply_to=self.reply_to, call_id=call_id,
+                             max_result_bytes=check_budget(max_result_bytes))  # fmt: skip
 
     def _starter(self, tool_calls: Any, options: dict[str, Any]) -> Callable[[Any], Any]:
-        """What a turn's stream calls to publish it (``options``: ``context``, ``timeout_s``)."""
+        """What a turn's stream calls to publish it (options: the keywords of ``dispatch``)."""
         context, timeout_s = options.get("context"), options.get("timeout_s", 30.0)
-        return lambda emit: self._start_turn(tool_calls, context, timeout_s, emit)  # type: ignore[attr-defined]
+        budget = check_budget(options.get("max_result_bytes"))
+        return lambda emit: self._start_turn(tool_calls, context, timeout_s, emit, budget)  # type: ignore[attr-defined]
 
     @abstractmethod
     def _live(self) -> None:
@@ -105,13 +113,16 @@ class ClientBase(ABC):
     @abstractmethod
     def submit(self, function: str, arguments: Arguments = None, *,
                tool_call_id: str | None = None, context: CallContext | dict[str, Any] | None = None,
-               timeout_s: float = 30.0) -> Any:  # fmt: skip
+               timeout_s: float = 30.0, max_result_bytes: int | None = None) -> Any:  # fmt: skip
         """Publish one call; its future resolves by ``timeout_s`` at the latest.
 
         ``function``: e.g. ``ext_bfcl_math_factorial``; ``arguments``: a JSON object or the
         model's raw JSON string; ``tool_call_id``: the model's id, carried through;
         ``context``: a :class:`CallContext` or a dict of its fields; ``timeout_s``: seconds
-        to the deadline. Returns a ``CallFuture`` (``ToolClient``) or an ``AsyncCallFuture``
+        to the deadline; ``max_result_bytes``: the most bytes its result may take
+        encoded, at least 64 (the model's context budget; the tool's ``result_shaping``
+        decides what a larger result becomes; ``None``: the worker's limit, which also
+        caps it). Returns a ``CallFuture`` (``ToolClient``) or an ``AsyncCallFuture``
         (awaited, from ``AsyncToolClient``); ``future.call_id`` is what :meth:`cancel` takes.
 
         Raises:
@@ -127,7 +138,7 @@ class ClientBase(ABC):
     @abstractmethod
     def dispatch(self, tool_calls: Any, *, context: CallContext | dict[str, Any] | None = None,
                  timeout_s: float = 30.0, on_event: Callable[[Any], object] | None = None,
-                 ) -> Any:  # fmt: skip
+                 max_result_bytes: int | None = None) -> Any:  # fmt: skip
         """Run every tool call of one model turn; return the answers to append, in order.
 
         ``tool_calls``: a Chat Completions, Responses or Anthropic message, its calls or
@@ -135,6 +146,8 @@ class ClientBase(ABC):
         call in that format. All are published at once under one deadline ``timeout_s``
         away (still running then: ``timeout``). ``on_event`` gets each ``CallEvent`` on the
         caller's thread (or loop); if it raises, the calls still running are canceled.
+        ``max_result_bytes``: one budget for all the turn's results, split equally
+        between its calls (at least 64 bytes each; :func:`turn_share`).
 
         Raises:
             ClientClosedError: the client is closed.
@@ -149,7 +162,8 @@ class ClientBase(ABC):
         yields per call ``queued`` → ``running`` → ``progress``… → ``result``; it ends after
         the last ``result``, by the deadline at the latest, and ``events.messages`` holds
         what :meth:`dispatch` returns. Leaving the block early cancels the calls still
-        running. ``options``: ``context``, ``timeout_s`` (as for :meth:`dispatch`).
+        running. ``options``: ``context``, ``timeout_s``, ``max_result_bytes`` (as for
+        :meth:`dispatch`).
         """
 
     @abstractmethod

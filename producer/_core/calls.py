@@ -26,6 +26,7 @@ from toolfleet.shared.catalog import Refusal
 from toolfleet.shared.errors import ClientError
 from toolfleet.shared.limits import MAX_DEPTH, timeout_problem
 from toolfleet.shared.settings import Settings
+from toolfleet.shared.shaping import MIN_BUDGET_BYTES
 from toolfleet.shared.wire import (
     CallContext,
     Status,
@@ -59,6 +60,23 @@ Arguments = dict[str, Any] | str | None
 #: persistence empties it until the next heartbeat): a retryable ``not_available``, never
 #: ``unknown_function``, which would tell a model that a served tool does not exist.
 CATALOG_EMPTY = "the tool catalog is empty (no worker has published it yet); retry shortly"
+
+
+def check_budget(max_result_bytes: Any) -> int | None:
+    """``max_result_bytes`` checked: ``None``, or an integer of at least 64 (bytes).
+
+    Raises:
+        ClientError: anything else.
+    """
+    if max_result_bytes is None:
+        return None
+    if (
+        isinstance(max_result_bytes, bool)
+        or not isinstance(max_result_bytes, int)
+        or max_result_bytes < MIN_BUDGET_BYTES
+    ):
+        raise ClientError(f"max_result_bytes must be an integer of at least {MIN_BUDGET_BYTES}")
+    return max_result_bytes
 
 
 def check_timeout(timeout_s: Any) -> float:
@@ -115,6 +133,7 @@ def build_request(
     deadline: float | None = None,
     events: bool = False,
     call_id: str | None = None,
+    max_result_bytes: int | None = None,
 ) -> ToolCallRequest:
     """A new :class:`ToolCallRequest` with a fresh id (or ``call_id``).
 
@@ -130,6 +149,8 @@ def build_request(
         call_id: the request id to use, a UUID in its canonical form the caller derives
             so that any client can cancel the call by it (unique across every call, as
             all exactly-once bookkeeping keys on it); ``None``: a fresh random one.
+        max_result_bytes: the most bytes the result may take encoded (at least 64), or
+            ``None`` for the worker's limit.
 
     Raises:
         ClientError: a bad function name, arguments, tool_call_id or call_id, or a field
@@ -156,6 +177,7 @@ def build_request(
             timeout_s=timeout_s,
             sent_at=now,
             events=events,
+            max_result_bytes=max_result_bytes,
         )
     except ValidationError as exc:
         raise ClientError(f"bad call: {validation_problems(exc)}") from None
@@ -282,6 +304,23 @@ def catalog_refusal(exc: BaseException, timeout_s: float) -> Refusal:
     return Refusal(Status.NOT_AVAILABLE, f"Redis unreachable: {exc}")
 
 
+def turn_share(max_result_bytes: int | None, calls: int) -> int | None:
+    """Each call's share of a turn's result budget: an equal part, at least 64 bytes.
+
+    The calls of a turn run at once on any workers, so the budget is split before they
+    are published: ``max_result_bytes // calls``, never below
+    :data:`toolfleet.shared.shaping.MIN_BUDGET_BYTES` (then the turn may take up to
+    64 bytes per call).
+
+    Args:
+        max_result_bytes: the turn's budget for all its results, bytes, or ``None``.
+        calls: how many calls the turn has.
+    """
+    if max_result_bytes is None:
+        return None
+    return max(MIN_BUDGET_BYTES, max_result_bytes // max(1, calls))
+
+
 def prepare_turn_call(
     call: TurnCall,
     *,
@@ -294,6 +333,7 @@ def prepare_turn_call(
     settings: Settings,
     lengths: QueueLengths,
     routes: Routes | None = None,
+    max_result_bytes: int | None = None,
 ) -> ToolCallResult | tuple[str, ToolCallRequest]:
     """A turn's call, ready to publish as ``(queue, request)``, or answered at once.
 
@@ -309,6 +349,7 @@ def prepare_turn_call(
         settings: the client's settings.
         lengths: the queue-length accounting.
         routes: the client's session-affinity routes.
+        max_result_bytes: this call's share of the turn's result budget, bytes, or ``None``.
     """
     if call.problem:
         return ToolCallResult(
@@ -328,6 +369,7 @@ def prepare_turn_call(
             timeout_s=timeout_s,
             reply_to=reply_to,
             deadline=deadline,
+            max_result_bytes=max_result_bytes,
             events=events,
         )
     except ClientError as exc:  # a field over its bound (the turn checked the rest)

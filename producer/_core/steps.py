@@ -36,6 +36,7 @@ from toolfleet.producer._core.calls import (
     make_context,
     prepare_turn_call,
     publish_refusal,
+    turn_share,
 )
 from toolfleet.producer._core.config import ClientConfig, Identity
 from toolfleet.producer._core.fleet import QueuedCancel, queued_cancel, queued_request
@@ -293,8 +294,12 @@ class ProducerCore:
         timeout_s: float,
         emit: Callable[[CallEvent], None] | None,
         new_future: Callable[[str], ResultFuture],
+        max_result_bytes: int | None = None,
     ) -> Generator[Step, Any, TurnState]:
         """Parse a turn, answer what the producer refuses, publish the rest in batches.
+
+        ``max_result_bytes`` (checked already) is the turn's budget for all its results,
+        split between its calls (:func:`turn_share`).
 
         Returns:
             The turn's state (``state.deadline``: its deadline, epoch seconds).
@@ -314,6 +319,7 @@ class ProducerCore:
             except REDIS_FAILURES as exc:
                 catalog = catalog_refusal(exc, timeout_s)
         batch: list[tuple[int, str, ToolCallRequest]] = []
+        share = turn_share(max_result_bytes, len(turn.calls))
         for call in turn.calls:
             prepared = prepare_turn_call(
                 call,
@@ -326,6 +332,7 @@ class ProducerCore:
                 settings=self.config.settings,
                 lengths=self.lengths,
                 routes=self.routes,
+                max_result_bytes=share,
             )
             if isinstance(prepared, ToolCallResult):
                 state.answer(call.index, self._refused(prepared, ctx))

@@ -24,6 +24,7 @@ from toolfleet.shared import codec
 from toolfleet.shared.catalog import governing_switches, refusal
 from toolfleet.shared.errors import InvalidArgumentsError, ToolCallError
 from toolfleet.shared.limits import deadline_problem
+from toolfleet.shared.shaping import shape
 from toolfleet.shared.tool import ExtensionContext
 from toolfleet.shared.wire import Status, ToolCallRequest, ToolCallResult, ToolEvent
 from toolfleet.worker.isolation.base import KILL_MARGIN_S, CallHandle, ChildToolError, Outcome
@@ -79,7 +80,9 @@ class CallPipeline:
     A call runs under ``min(tool timeout_s, deadline - now)`` in the tool's isolation,
     with retries only for idempotent tools that declare them. Secret setting values are
     scrubbed from every reply; a result over ``max_result_bytes`` becomes a
-    ``tool_error``.
+    ``tool_error``, or, for a tool with ``result_shaping = "truncate"``, is cut to fit
+    and answered ``ok`` with ``shaped`` set. A call's own ``max_result_bytes`` lowers the
+    limit for its result.
 
     Args:
         registry: what this process serves.
@@ -359,16 +362,15 @@ class CallPipeline:
         run_s = 0.0
         while True:
             limit_s = min(served.timeout_s, request.deadline - time.time() + DEADLINE_GRACE_S)
-            context = self.registry.context(
-                served, _plain_fields(request), self._progress_sink(request)
-            )
+            fields = {**_plain_fields(request), "max_result_bytes": self.result_budget(request)}
+            context = self.registry.context(served, fields, self._progress_sink(request))
             handle.on_cancel(context.canceled_event.set)
             outcome = self._run(served, arguments, context, limit_s, handle)
             if outcome.timed_out:
                 context.canceled_event.set()
             run_s += outcome.run_s
             timings["run_s"] = run_s
-            result = self._result_of(request, outcome, limit_s, timings)
+            result = self._result_of(request, served, outcome, limit_s, timings)
             retry = served.retry
             if retry is None or attempt >= retry.attempts or result.status.value not in retry.on:
                 return result
@@ -401,9 +403,15 @@ class CallPipeline:
             return self.runner.run_async(lambda: invoke(arguments, context), limit_s, handle)
         return self.runner.run_sync(lambda: invoke(arguments, context), limit_s, handle)
 
+    def result_budget(self, request: ToolCallRequest) -> int:
+        """The most bytes ``request``'s result may take: its own budget or the worker's limit."""
+        own = request.max_result_bytes
+        return self.max_result_bytes if own is None else min(own, self.max_result_bytes)
+
     def _result_of(
         self,
         request: ToolCallRequest,
+        served: ServedTool,
         outcome: Outcome,
         limit_s: float,
         timings: dict[str, Any],
@@ -432,23 +440,30 @@ class CallPipeline:
             size = len(codec.dumps(value))
         except (codec.EncodeError, codec.DecodeError) as exc:
             return self._crashed(request, exc, timings)
-        if size > self.max_result_bytes:
+        budget = self.result_budget(request)
+        shaped = None
+        if size > budget:
             from toolfleet.worker.supervision import (
                 metrics,  # not at import: the CLI loads this module
             )
 
-            metrics.OVERSIZE.labels("result").inc()
-            message = (
-                f"the result is {size} bytes, over the limit of {self.max_result_bytes} bytes; "
-                "ask for less (narrow the query or paginate)"
-            )
-            return self._failure(request, Status.TOOL_ERROR, message, timings)
+            cut = shape_to(value, budget) if served.result_shaping == "truncate" else None
+            if cut is None:
+                metrics.OVERSIZE.labels("result").inc()
+                message = (
+                    f"the result is {size} bytes, over the limit of {budget} bytes; "
+                    "ask for less (narrow the query or paginate)"
+                )
+                return self._failure(request, Status.TOOL_ERROR, message, timings)
+            metrics.SHAPED.labels(served.function).inc()
+            value, shaped = cut, True
         return ToolCallResult(
             id=request.id,
             tool_call_id=request.tool_call_id,
             function=request.function,
             status=Status.OK,
             content=value,
+            shaped=shaped,
             **timings,
         )
 
@@ -475,6 +490,14 @@ class CallPipeline:
         return ToolCallResult.failure(
             request, Status.CRASHED, CRASH_MESSAGE.format(ref=request.id), **timings
         )
+
+
+def shape_to(value: Any, budget: int) -> Any:
+    """``value`` cut to ``budget`` bytes (:func:`toolfleet.shared.shaping.shape`), or ``None``."""
+    try:
+        return shape(value, budget)[0]
+    except ValueError:
+        return None
 
 
 def _plain_fields(request: ToolCallRequest) -> dict[str, Any]:

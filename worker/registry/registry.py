@@ -41,7 +41,7 @@ _CLASH = "%s clashes with another extension's tool: served as %s"
 #: ExtensionContext fields that are plain values (they travel to a child process as such).
 PLAIN_CONTEXT_FIELDS = (
     "call_id", "function", "slug", "version", "deadline", "tool_call_id", "account", "user",
-    "llmclient", "conversation", "traceparent", "metadata",
+    "llmclient", "conversation", "traceparent", "metadata", "max_result_bytes",
 )  # fmt: skip
 
 
@@ -251,6 +251,7 @@ class Registry:
             retry=retry,
             concurrency=options.concurrency if options else None,
             breaker=options.breaker if options else None,
+            result_shaping=(options.result_shaping if options else None) or "error",
         )
 
     def add_extensions(self, extensions: Iterable[tuple[str, Extension]]) -> None:

@@ -31,6 +31,7 @@ class ServedTool:
         retry: its retry policy, if any.
         concurrency: most calls running at once fleet-wide, if limited.
         breaker: its circuit breaker policy, if any.
+        result_shaping: ``error`` or ``truncate``: what a result over its budget becomes.
     """
 
     function: str
@@ -44,6 +45,7 @@ class ServedTool:
     retry: RetryPolicy | None = None
     concurrency: int | None = None
     breaker: BreakerPolicy | None = None
+    result_shaping: str = "error"
 
     @property
     def arguments_model(self) -> type[BaseModel]:
