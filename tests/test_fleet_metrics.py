@@ -47,7 +47,7 @@ GHOST_QUEUE = "tools.ghost"
 MINUTES = 70
 #: What Grafana puts in for the dashboard's variables ("All") and $__rate_interval.
 GRAFANA_VALUES = {"$__rate_interval": "5m", "$namespace": ".*", "$queue_group": ".*"}
-GRAFANA_VALUES |= {"$queue": ".*", "$function": ".*"}
+GRAFANA_VALUES |= {"$queue": ".*", "$function": ".*", "$model": ".*"}
 
 
 def _free_port() -> int:
