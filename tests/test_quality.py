@@ -242,3 +242,21 @@ def test_a_name_near_nothing_served_gets_no_suggestion(quality_fleet: tuple[Flee
     with ToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
         result = client.call("get_weather_in_paris", {}, timeout_s=20)
     assert result.content == {"error": "unknown function 'get_weather_in_paris'"}
+
+
+def test_demo_prints_the_quality_report_of_its_traffic(tmp_path: Path) -> None:
+    """`toolfleet demo` ends with the quality report of what it replayed (models named by the
+    sample) and the unknown functions its producer was asked for."""
+    env = {k: v for k, v in os.environ.items() if k != "TOOLFLEET_REDIS_URL"}
+    env |= {"COLUMNS": "400", "TOOLFLEET_NAMESPACE": f"tfq-{uuid.uuid4().hex[:8]}"}
+    out = subprocess.run(
+        [toolfleet_command(), "demo"], env=env, cwd=tmp_path, capture_output=True, text=True,
+        timeout=300, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = out.stdout.split("quality (toolfleet quality)", 1)[1]
+    first = report.splitlines()[4]  # the worst row: after the title, the header and rules
+    assert "ext_bfcl_math_factorial" in first and "demo/model-b" in first
+    assert "verbose (extra) x1" in report and "n (missing) x1" in report
+    asked = report.split("unknown functions (this producer)", 1)[1]
+    assert "ext_bfcl_math_gdc" in asked and "demo/model-b" in asked

@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import sys
+import time
 import uuid
 from pathlib import Path
 from types import FrameType
@@ -22,19 +23,27 @@ from rich.console import Console
 from rich.table import Table
 
 from toolfleet.shared import codec
+from toolfleet.shared.aggregates import read_window
 from toolfleet.shared.errors import ConfigurationError
 from toolfleet.shared.export import FORMATS
 from toolfleet.shared.naming import all_keys_pattern, default_queue_for
+from toolfleet.shared.quality import quality_rows
 from toolfleet.shared.urls import redacted_url
 from toolfleet.shared.wire import Status, ToolCallResult
 from toolfleet.worker.cli.admin import extensions, switch
 from toolfleet.worker.cli.limits import limits
 from toolfleet.worker.cli.mcp_serve import mcp
 from toolfleet.worker.cli.ops import events, exporter, health, top
-from toolfleet.worker.cli.quality import quality
+from toolfleet.worker.cli.quality import quality, quality_table
 from toolfleet.worker.cli.support import EXIT_FAILED, CliState, ToolfleetGroup, global_options
 from toolfleet.worker.devtools.local_fleet import LocalFleet
-from toolfleet.worker.devtools.replay import ReplayReport, load_cases, replay, sample_file
+from toolfleet.worker.devtools.replay import (
+    Expected,
+    ReplayReport,
+    load_cases,
+    replay,
+    sample_file,
+)
 from toolfleet.worker.devtools.scaffold import write_extension
 from toolfleet.worker.registry.redaction import Redactor
 from toolfleet.worker.supervision.logs import configure_logging
@@ -170,8 +179,16 @@ def replay_command(obj: CliState, files: tuple[Path, ...], timeout_s: float) -> 
 
     Exits 1 on any mismatch.
     """
-    report = _replay(obj, list(files), timeout_s)
+    report = _replay(obj, *_load(list(files)), timeout_s)
     sys.exit(0 if report.ok else 1)
+
+
+def _load(paths: list[Path]) -> tuple[list[Expected], int]:
+    """The cases of ``paths`` and how many entries they came from (a usage error if bad)."""
+    try:
+        return load_cases(paths)
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 @cli.command()
@@ -186,13 +203,19 @@ def demo(
     """Run a whole fleet locally and replay FILES (default: a bundled sample).
 
     Starts Redis (embedded unless a URL is set) and 2 worker processes, replays, prints the
-    table, and stops everything. Exit 0 when all matched.
+    table and the quality report (`toolfleet quality`), and stops everything. Exit 0 when
+    all matched. The models the files name are counted by name unless
+    TOOLFLEET_QUALITY_MODELS lists others.
     """
     settings = obj.settings.model_copy()
+    paths = list(files) or [sample_file()]
+    cases, entries = _load(paths)
+    if not settings.quality_models:
+        named = sorted({c.llmclient for c in cases if c.llmclient})[:64]
+        settings = settings.model_copy(update={"quality_models": named})
     if settings.redis_url:  # a shared Redis: keep the demo's keys apart and remove them after
         obj.ping()
         settings.namespace = f"{settings.namespace}.demo.{uuid.uuid4().hex[:8]}"
-    paths = list(files) or [sample_file()]
     where = f"Redis {redacted_url(settings.redis_url)}" if settings.redis_url else "embedded Redis"
     console.print(
         f"[bold]toolfleet demo[/]: {where}, "
@@ -210,7 +233,8 @@ def demo(
         fleet.start()
         on_fleet = CliState(settings.model_copy(update={"redis_url": fleet.redis_url}))
         on_fleet.debug = obj.debug
-        report = _replay(on_fleet, paths, timeout_s)
+        report = _replay(on_fleet, cases, entries, timeout_s)
+        _print_quality(on_fleet, report.answered_by_workers, settings.heartbeat_interval_s)
     finally:
         _ignore_termination()  # a Ctrl-C while the fleet stops must not cut the clean-up short
         fleet.stop()
@@ -253,12 +277,8 @@ def _ignore_termination() -> None:
         signal.signal(signum, signal.SIG_IGN)
 
 
-def _replay(state: CliState, paths: list[Path], timeout_s: float) -> ReplayReport:
-    """Replay ``paths``; stop at the first failed call if Redis is gone meanwhile."""
-    try:
-        cases, entries = load_cases(paths)
-    except (OSError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from exc
+def _replay(state: CliState, cases: list[Expected], entries: int, timeout_s: float) -> ReplayReport:
+    """Replay ``cases``; stop at the first failed call if Redis is gone meanwhile."""
 
     def on_result(result: ToolCallResult) -> None:
         if result.status in REDIS_MAY_BE_GONE:
@@ -294,6 +314,43 @@ def _print_report(report: ReplayReport) -> None:
         console.print(
             f"[red]mismatch[/] {case.source} {case.function}: {why}", markup=True, highlight=False
         )
+
+
+def _print_quality(state: CliState, calls: int, heartbeat_s: float) -> None:
+    """Print the quality report of the replay once the workers' heartbeats have written it.
+
+    Waits at most three heartbeats plus 5 s for ``calls`` calls (those a worker answered)
+    to show in the aggregates, then prints what is there.
+    """
+    client = state.redis()
+    deadline = time.monotonic() + 3 * heartbeat_s + 5.0
+    try:
+        while True:
+            window = read_window(client, state.settings.namespace, time.time() - 3600)
+            seen = sum(cell.calls for cell in window.totals())
+            if seen >= calls or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    finally:
+        client.close()
+    rows = quality_rows(window)
+    if rows:
+        console.print(quality_table(rows, "quality (toolfleet quality)"))
+    _print_unknown_functions()
+
+
+def _print_unknown_functions() -> None:
+    """The names this process's producer answered ``unknown_function`` for, by model."""
+    from toolfleet.producer import metrics
+
+    asked = Table("model", "asked for", "calls", title="unknown functions (this producer)")
+    for family in metrics.REGISTRY.collect():
+        for sample in family.samples:
+            if sample.name == "toolfleet_client_unknown_functions_total" and sample.value:
+                labels = sample.labels
+                asked.add_row(labels["model"], labels["asked"], f"{sample.value:.0f}")
+    if asked.row_count:
+        console.print(asked)
 
 
 def _delete_namespace(url: str, namespace: str) -> None:

@@ -15,7 +15,7 @@ from toolfleet.shared import codec
 from toolfleet.shared.aggregates import read_window
 from toolfleet.shared.quality import QualityRow, parse_duration, quality_rows
 
-__all__ = ["quality"]
+__all__ = ["quality", "quality_table"]
 
 console = Console()
 
@@ -35,17 +35,18 @@ def _fields(row: QualityRow) -> str:
     return ", ".join(f"{f.field} ({f.reason}) x{f.calls}" for f in row.failing_fields) or "-"
 
 
-def _table(rows: list[QualityRow], since_s: float) -> Table:
+def quality_table(rows: list[QualityRow], title: str) -> Table:
+    """The report's rows as a rich table (failing fields and statuses as text)."""
     table = Table(
         Column("function", overflow="fold"),
         Column("model", overflow="fold"),
         "calls",
-        "failed",
+        "not ok",
         Column("statuses", overflow="fold"),
         Column("failing fields", overflow="fold"),
         "wait p50/p95 ms",
         "run p50/p95 ms",
-        title=f"quality, last {since_s:.0f} s (worst first)",
+        title=title,
     )
     for row in rows:
         statuses = ", ".join(
@@ -128,4 +129,4 @@ def quality(
     elif not rows:
         click.echo(f"no calls in the last {since_s:.0f} s")
     else:
-        console.print(_table(rows, since_s))
+        console.print(quality_table(rows, f"quality, last {since_s:.0f} s (worst first)"))

@@ -9,7 +9,8 @@ Two input kinds, told apart per line:
   ``expected_status``; calls to network APIs, which the fleet does not serve, must come
   back ``unknown_function``.
 - Sample files, one call per line: ``{"function", "arguments", "expect_status"?,
-  "expect_content"?}``. ``arguments`` may be an object or a raw JSON string.
+  "expect_content"?, "llmclient"?}``. ``arguments`` may be an object or a raw JSON
+  string; ``llmclient`` names the model that made the call (its ``context.llmclient``).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class Expected:
         arguments: object or raw JSON string.
         status: expected status.
         content: expected content when ``has_content`` (checked for ``ok`` results).
+        llmclient: the model the call is made as (``context.llmclient``), if any.
     """
 
     source: str
@@ -58,6 +60,7 @@ class Expected:
     status: str = "ok"
     content: Any = None
     has_content: bool = False
+    llmclient: str | None = None
 
 
 @dataclass
@@ -73,6 +76,8 @@ class ReplayReport:
         mismatches: ``(case, result, why)`` for every mismatch.
         latencies_s: round-trip seconds of every call, submit to result (all calls are
             in flight at once, so these include waiting behind the others).
+        answered_by_workers: calls a worker answered (the others the producer answered
+            itself, e.g. ``unknown_function``).
     """
 
     entries: int = 0
@@ -82,6 +87,7 @@ class ReplayReport:
     statuses: Counter[str] = field(default_factory=Counter)
     mismatches: list[tuple[Expected, ToolCallResult, str]] = field(default_factory=list)
     latencies_s: list[float] = field(default_factory=list)
+    answered_by_workers: int = 0
 
     @property
     def ok(self) -> bool:
@@ -165,6 +171,7 @@ def _sample_case(path: Path, number: int, row: dict[str, Any]) -> Expected:
         status=row.get("expect_status", "ok"),
         content=row.get("expect_content"),
         has_content="expect_content" in row,
+        llmclient=row.get("llmclient"),
     )
 
 
@@ -189,9 +196,11 @@ def replay(
     futures: list[CallFuture] = []
     for i, case in enumerate(cases):
         sent = time.monotonic()
+        context = {"llmclient": case.llmclient} if case.llmclient else None
         future = client.submit(
-            case.function, case.arguments, tool_call_id=f"call_{i}", timeout_s=timeout_s
-        )
+            case.function, case.arguments, tool_call_id=f"call_{i}", context=context,
+            timeout_s=timeout_s,
+        )  # fmt: skip
         future.add_done_callback(_latency_recorder(report.latencies_s, sent))
         futures.append(future)
     for case, future in zip(cases, futures, strict=True):
@@ -199,6 +208,7 @@ def replay(
         if on_result is not None:
             on_result(result)
         report.statuses[result.status.value] += 1
+        report.answered_by_workers += result.worker is not None
         why = _mismatch(case, result)
         if why:
             report.mismatches.append((case, result, why))
