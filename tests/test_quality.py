@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import Fleet, start_fleet, toolfleet_command
+from conftest import Fleet, delete_namespace, start_fleet, toolfleet_command
 from toolfleet.producer import ToolClient
+from toolfleet.shared.aggregates import read_window
 from toolfleet.shared.settings import Settings
 
 ADD = "ext_fleet_test_add"
@@ -260,3 +262,33 @@ def test_demo_prints_the_quality_report_of_its_traffic(tmp_path: Path) -> None:
     assert "verbose (extra) x1" in report and "n (missing) x1" in report
     asked = report.split("unknown functions (this producer)", 1)[1]
     assert "ext_bfcl_math_gdc" in asked and "demo/model-b" in asked
+
+
+def test_calls_answered_since_the_last_heartbeat_are_written_at_drain(
+    redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """With heartbeats a minute apart, the calls of a fleet stopped before its next beat are
+    in the aggregates all the same: the drain writes them."""
+    ns = f"{namespace}-qd-{uuid.uuid4().hex[:6]}"
+    fleet = start_fleet(redis_url, ns, tmp_path / "worker.log", processes=1,
+                        env={"TOOLFLEET_HEARTBEAT_INTERVAL_S": "60",
+                             "TOOLFLEET_WORKER_TTL_S": "180"})  # fmt: skip
+    try:
+        with ToolClient(redis_url, namespace=ns) as client:
+            for i in range(4):
+                assert client.call(ADD, {"a": i, "b": 1}, timeout_s=20).ok
+        before = _window_calls(redis_url, ns)
+        assert fleet.stop() == 0
+        after = _window_calls(redis_url, ns)
+    finally:
+        fleet.stop()
+        delete_namespace(redis_url, ns)
+    assert (before, after) == (0, 4)
+
+
+def _window_calls(redis_url: str, ns: str) -> int:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        return sum(c.calls for c in read_window(client, ns, time.time() - 600).totals())
+    finally:
+        client.close()
