@@ -34,7 +34,9 @@ Reader API::
     for minute in window.minutes:            # Minute(start_s, cells), oldest first
         for cell in minute.cells.values():   # Cell: one function x model in that minute
             cell.statuses["ok"], cell.wait.quantile(0.95), cell.run.quantile(0.5)
+        minute.by_function()                 # function -> Cell summed over models
     window.totals(model="gpt-4o")            # Cells summed over the range, worst first
+    window.totals()[0].top_fields()          # [(field, reason, calls)], most first
 """
 
 from __future__ import annotations
@@ -324,6 +326,13 @@ class Minute:
 
     start_s: int
     cells: dict[tuple[str, str], Cell] = field(default_factory=dict)
+
+    def by_function(self) -> dict[str, Cell]:
+        """This minute's cells summed over models: function -> cell (its ``model`` is ``*``)."""
+        summed: dict[str, Cell] = {}
+        for (function, _model), cell in self.cells.items():
+            summed.setdefault(function, Cell(function, "*")).add(cell)
+        return summed
 
 
 @dataclass

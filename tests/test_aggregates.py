@@ -67,6 +67,9 @@ def test_counts_of_two_workers_add_up_per_minute_with_their_fields(r: redis.Redi
     assert first.fields == {("a", "missing"): 1}
     assert first.wait.count == 4 and first.run.count == 3
     assert window.minutes[1].cells[(FN, "m2")].statuses == {"ok": 1}
+    first_minute = window.minutes[0].by_function()[FN]
+    assert first_minute.statuses == {"ok": 3, "invalid_arguments": 1}
+    assert first_minute.run.count == 3
     totals = window.totals()
     assert [(c.function, c.model) for c in totals] == [(FN, "m1"), (FN, "m2")]  # worst first
     assert totals[0].rate("invalid_arguments") == 0.25
