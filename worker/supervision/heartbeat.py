@@ -207,8 +207,14 @@ class CatalogPublisher:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop the thread and withdraw the heartbeats."""
+        """Stop the thread and withdraw the heartbeats.
+
+        Waits (up to 5 s) for a beat in progress to end first, so that it cannot write this
+        worker's heartbeats or error report back after they were withdrawn.
+        """
         self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5.0)
         try:
             self.withdraw()
         except redis.RedisError as exc:
