@@ -135,7 +135,7 @@ def test_demo_on_embedded_redis_prints_table_and_leaves_nothing_behind() -> None
     stdout = process.stdout.read() if process.stdout else ""
     assert process.returncode == 0, stdout
     assert "embedded Redis" in stdout
-    assert "mismatched" in stdout and "31 │" in stdout
+    assert "mismatched" in stdout and "32 │" in stdout
     assert own_redis, "the demo's embedded redis-server was never seen"
     assert workers, "the demo's worker processes were never seen"
     assert not all_gone(workers, within_s=5.0)

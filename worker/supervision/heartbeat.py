@@ -209,12 +209,10 @@ class CatalogPublisher:
     def stop(self) -> None:
         """Stop the thread and withdraw the heartbeats.
 
-        Waits (up to 5 s) for a beat in progress to end first, so that it cannot write this
-        worker's heartbeats or error report back after they were withdrawn.
+        Does not wait for a beat in progress (a tool holding the GIL may keep it from
+        ending): a beat that ends after this withdraws what it wrote itself (:meth:`_run`).
         """
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5.0)
         try:
             self.withdraw()
         except redis.RedisError as exc:
@@ -224,6 +222,8 @@ class CatalogPublisher:
         while not self._stop.wait(self.interval_s):
             try:
                 self.publish()
+                if self._stop.is_set():  # stopped during the beat: it wrote them back
+                    self.withdraw()
             except redis.RedisError as exc:
                 log.warning("catalog heartbeat failed: %s", exc)
 
