@@ -114,7 +114,8 @@ class AsyncToolClient(ClientBase):
     @override
     async def submit(self, function: str, arguments: Arguments = None, *,
                tool_call_id: str | None = None, context: CallContext | dict[str, Any] | None = None,
-               timeout_s: float = 30.0) -> AsyncCallFuture:  # fmt: skip
+               timeout_s: float = 30.0, schema_hash: str | None = None,
+               ) -> AsyncCallFuture:  # fmt: skip
         """As ``ToolClient.submit``, awaiting a slot; canceling the future cancels the call.
 
         Canceling the awaiting task cancels the call too, however far ``submit`` got: a
@@ -122,7 +123,9 @@ class AsyncToolClient(ClientBase):
         """
         self._check_open()
         return await self._submit(
-            self._request(function, arguments, tool_call_id, context, timeout_s)
+            self._request(
+                function, arguments, tool_call_id, context, timeout_s, schema_hash=schema_hash
+            )  # fmt: skip
         )
 
     @override
@@ -131,7 +134,8 @@ class AsyncToolClient(ClientBase):
         return await (await self.submit(function, arguments, **options))
 
     async def _call_as(self, call_id: str, function: str, arguments: Arguments, *,
-                       context: dict[str, Any], timeout_s: float) -> ToolCallResult:  # fmt: skip
+                       context: dict[str, Any], timeout_s: float,
+                       schema_hash: str | None = None) -> ToolCallResult:  # fmt: skip
         """``call`` under a request id the caller derived, so that any process can cancel it.
 
         For the MCP gateway (:mod:`toolfleet.producer.mcp.sessions`): ``call_id`` is a
@@ -141,7 +145,8 @@ class AsyncToolClient(ClientBase):
             ClientError: a ``call_id`` that is not a canonical UUID string; as ``call``.
         """
         self._check_open()
-        request = self._request(function, arguments, None, context, timeout_s, call_id)
+        request = self._request(function, arguments, None, context, timeout_s, call_id,
+                                schema_hash=schema_hash)  # fmt: skip
         return await (await self._submit(request))
 
     async def _submit(self, request: ToolCallRequest) -> AsyncCallFuture:
@@ -185,9 +190,10 @@ class AsyncToolClient(ClientBase):
 
     @override
     async def tools(self, *, account: str | None = None, format: str = "openai",  # noqa: A002
-                    include_unavailable: bool = False) -> list[dict[str, Any]]:  # fmt: skip
+                    include_unavailable: bool = False, metadata: bool = False,
+                    ) -> list[dict[str, Any]]:  # fmt: skip
         self._live()
-        return await self._drive(self._core.tools(account, format, include_unavailable))
+        return await self._drive(self._core.tools(account, format, include_unavailable, metadata))
 
     @override
     async def preparing(self, function: str, partial_arguments: str | dict[str, Any] | None = None,

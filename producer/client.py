@@ -143,9 +143,10 @@ class ToolClient(ClientBase):
     @override
     def submit(self, function: str, arguments: Arguments = None, *,
                tool_call_id: str | None = None, context: CallContext | dict[str, Any] | None = None,
-               timeout_s: float = 30.0) -> CallFuture:  # fmt: skip
+               timeout_s: float = 30.0, schema_hash: str | None = None) -> CallFuture:  # fmt: skip
         self._check_open()
-        request = self._request(function, arguments, tool_call_id, context, timeout_s)
+        request = self._request(function, arguments, tool_call_id, context, timeout_s,
+                                schema_hash=schema_hash)  # fmt: skip
         future = CallFuture(request.id)
         self._drive(self._core.submit(request, future))
         return future
@@ -175,9 +176,10 @@ class ToolClient(ClientBase):
 
     @override
     def tools(self, *, account: str | None = None, format: str = "openai",  # noqa: A002
-              include_unavailable: bool = False) -> list[dict[str, Any]]:  # fmt: skip
+              include_unavailable: bool = False, metadata: bool = False,
+              ) -> list[dict[str, Any]]:  # fmt: skip
         self._live()
-        return self._drive(self._core.tools(account, format, include_unavailable))
+        return self._drive(self._core.tools(account, format, include_unavailable, metadata))
 
     @override
     def preparing(self, function: str, partial_arguments: str | dict[str, Any] | None = None,

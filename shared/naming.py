@@ -10,6 +10,9 @@ Redis keys (``ns`` is the namespace, default ``toolfleet``)::
     <ns>:catalog                 hash: function name -> catalog entry (JSON)
     <ns>:catalog:epoch           the catalog's epoch id (a new one: Redis lost its data)
     <ns>:catalog:recovering      set: functions served before the loss (one worker TTL)
+    <ns>:catalog:live            sorted set: function name -> newest heartbeat serving it
+    <ns>:catalog:owners          hash: function name -> the tool it stands for, <slug>/<tool>
+    <ns>:catalog:workers:<name>  sorted set: worker id -> last heartbeat serving <name>
     <ns>:workers:<queue>         sorted set: worker id -> last heartbeat (epoch seconds)
     <ns>:switches                hash: switch name -> "on" | "off"
     <ns>:extension_errors        hash: extension source -> why it was not loaded
@@ -48,7 +51,10 @@ __all__ = [
     "cancel_key",
     "catalog_epoch_key",
     "catalog_key",
+    "catalog_live_key",
+    "catalog_owners_key",
     "catalog_recovering_key",
+    "catalog_workers_key",
     "claim_key",
     "concurrency_key",
     "dead_letters_key",
@@ -76,6 +82,7 @@ __all__ = [
     "slot_lock_key",
     "slots_key",
     "switches_key",
+    "tool_identity",
     "tool_name_for",
     "workers_key",
 ]
@@ -144,6 +151,14 @@ def function_names(tools: Iterable[tuple[str, str]]) -> dict[tuple[str, str], st
     return names
 
 
+def tool_identity(slug: str, tool: str) -> str:
+    """Which tool a function name stands for fleet-wide: ``<slug>/<tool>``.
+
+    Unambiguous: a slug never holds ``/`` (``^[a-zA-Z0-9][a-zA-Z0-9_-]{0,39}$``).
+    """
+    return f"{slug}/{tool}"
+
+
 def default_queue_for(slug: str) -> str:
     """The queue an extension's calls go to unless its manifest names one: ``tools.<slug>``."""
     return "tools." + _NOT_QUEUE.sub("_", slug)
@@ -190,6 +205,21 @@ def catalog_epoch_key(namespace: str) -> str:
 def catalog_recovering_key(namespace: str) -> str:
     """The set of functions served before Redis lost its data, for one worker TTL after."""
     return f"{namespace}:catalog:recovering"
+
+
+def catalog_live_key(namespace: str) -> str:
+    """The sorted set of catalogued names -> newest heartbeat of a worker serving each (epoch s)."""
+    return f"{namespace}:catalog:live"
+
+
+def catalog_owners_key(namespace: str) -> str:
+    """The hash of catalogued names -> the tool each stands for, ``<slug>/<tool>``."""
+    return f"{namespace}:catalog:owners"
+
+
+def catalog_workers_key(namespace: str, function: str) -> str:
+    """The sorted set of workers serving ``function`` (score: last heartbeat, epoch s)."""
+    return f"{namespace}:catalog:workers:{function}"
 
 
 def workers_key(namespace: str, queue: str) -> str:

@@ -152,6 +152,12 @@ class ToolCallRequest(BaseModel):
         sent_at: Unix epoch seconds when the producer published the call.
         events: when true the worker posts ``running`` and ``progress`` events to
             ``reply_to`` before the result (a producer streaming the call's status).
+        identity: the tool the producer's catalog listed ``function`` as, ``<slug>/<tool>``
+            (:func:`toolfleet.shared.naming.tool_identity`); a worker serving another tool
+            under that name refuses the call. ``None`` from older producers: not checked.
+        schema_hash: the schema hash the caller's model was shown
+            (:func:`toolfleet.shared.catalog_life.schema_hash`); a worker whose tool has
+            another schema refuses the call before running it. ``None``: not pinned.
 
     Bounds (:mod:`toolfleet.shared.limits`): ``id`` at most ``MAX_ID_CHARS`` (128)
     characters, ``tool_call_id`` and ``function`` at most ``MAX_NAME_CHARS`` (256),
@@ -172,6 +178,8 @@ class ToolCallRequest(BaseModel):
     timeout_s: float = Field(allow_inf_nan=False)
     sent_at: float = Field(default_factory=time.time)
     events: bool = False
+    identity: NameText | None = None
+    schema_hash: NameText | None = None
 
     def arguments_size(self) -> int:
         """Bytes ``arguments`` take on the wire (0 for none).

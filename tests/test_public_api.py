@@ -94,6 +94,7 @@ def test_design_api_keeps_its_shapes() -> None:
             "tool_call_id": (keyword_only, None),
             "context": (keyword_only, None),
             "timeout_s": (keyword_only, 30.0),
+            "schema_hash": (keyword_only, None),
         }
 
     class Hello(Tool):

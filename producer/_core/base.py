@@ -79,12 +79,13 @@ class ClientBase(ABC):
 
     def _request(
         self, function: Any, arguments: Any, tool_call_id: Any, context: Any, timeout_s: Any,
-        call_id: Any = None,
+        call_id: Any = None, *, schema_hash: Any = None,
     ) -> ToolCallRequest:  # fmt: skip
         """A new request of this client (raises ``ClientError`` for bad arguments)."""
         return build_request(function, arguments, tool_call_id=tool_call_id,
                              context=make_context(context), timeout_s=check_timeout(timeout_s),
-                             reply_to=self.reply_to, call_id=call_id)  # fmt: skip
+                             reply_to=self.reply_to, call_id=call_id,
+                             schema_hash=schema_hash)  # fmt: skip
 
     def _starter(self, tool_calls: Any, options: dict[str, Any]) -> Callable[[Any], Any]:
         """What a turn's stream calls to publish it (``options``: ``context``, ``timeout_s``)."""
@@ -105,14 +106,18 @@ class ClientBase(ABC):
     @abstractmethod
     def submit(self, function: str, arguments: Arguments = None, *,
                tool_call_id: str | None = None, context: CallContext | dict[str, Any] | None = None,
-               timeout_s: float = 30.0) -> Any:  # fmt: skip
+               timeout_s: float = 30.0, schema_hash: str | None = None) -> Any:  # fmt: skip
         """Publish one call; its future resolves by ``timeout_s`` at the latest.
 
         ``function``: e.g. ``ext_bfcl_math_factorial``; ``arguments``: a JSON object or the
         model's raw JSON string; ``tool_call_id``: the model's id, carried through;
         ``context``: a :class:`CallContext` or a dict of its fields; ``timeout_s``: seconds
-        to the deadline. Returns a ``CallFuture`` (``ToolClient``) or an ``AsyncCallFuture``
-        (awaited, from ``AsyncToolClient``); ``future.call_id`` is what :meth:`cancel` takes.
+        to the deadline; ``schema_hash``: the schema hash the model was shown (the exported
+        tool's ``toolfleet/schema_hash`` metadata, see ``tools(metadata=True)``): a worker
+        whose tool's schema differs answers ``not_available`` ("the tool changed since it
+        was listed: list tools again") without running it. Returns a ``CallFuture``
+        (``ToolClient``) or an ``AsyncCallFuture`` (awaited, from ``AsyncToolClient``);
+        ``future.call_id`` is what :meth:`cancel` takes.
 
         Raises:
             ClientClosedError: the client is closed.
@@ -154,10 +159,13 @@ class ClientBase(ABC):
 
     @abstractmethod
     def tools(self, *, account: str | None = None, format: str = "openai",  # noqa: A002
-              include_unavailable: bool = False) -> Any:  # fmt: skip
+              include_unavailable: bool = False, metadata: bool = False) -> Any:  # fmt: skip
         """The tools ``account`` may call (``include_unavailable``: all) in ``format``.
 
         Formats: ``openai``, ``openai-strict``, ``responses``, ``anthropic``, ``mcp``.
+        ``mcp`` tools carry their schema hash in ``_meta["toolfleet/schema_hash"]``; with
+        ``metadata`` the other formats carry it in ``metadata`` (strip that object before
+        sending the list to the model's API); pass it to ``submit(schema_hash=...)``.
 
         Raises:
             ValueError: unknown format.

@@ -115,6 +115,7 @@ def build_request(
     deadline: float | None = None,
     events: bool = False,
     call_id: str | None = None,
+    schema_hash: str | None = None,
 ) -> ToolCallRequest:
     """A new :class:`ToolCallRequest` with a fresh id (or ``call_id``).
 
@@ -130,10 +131,12 @@ def build_request(
         call_id: the request id to use, a UUID in its canonical form the caller derives
             so that any client can cancel the call by it (unique across every call, as
             all exactly-once bookkeeping keys on it); ``None``: a fresh random one.
+        schema_hash: the schema hash the caller's model was shown (from the exported
+            tool's metadata); a worker whose tool's schema differs refuses the call.
 
     Raises:
-        ClientError: a bad function name, arguments, tool_call_id or call_id, or a field
-            over its bound (:mod:`toolfleet.shared.limits`; the message names the field).
+        ClientError: a bad function name, arguments, tool_call_id, call_id or schema_hash,
+            or a field over its bound (:mod:`toolfleet.shared.limits`; the message names the field).
     """
     if not isinstance(function, str) or not function:
         raise ClientError("function must be a non-empty string")
@@ -143,6 +146,8 @@ def build_request(
         raise ClientError("tool_call_id must be a string")
     if call_id is not None and not _canonical_uuid(call_id):
         raise ClientError("call_id must be a UUID string in canonical form")
+    if schema_hash is not None and not isinstance(schema_hash, str):
+        raise ClientError("schema_hash must be a string")
     now = time.time()
     try:
         return ToolCallRequest(
@@ -156,6 +161,7 @@ def build_request(
             timeout_s=timeout_s,
             sent_at=now,
             events=events,
+            schema_hash=schema_hash,
         )
     except ValidationError as exc:
         raise ClientError(f"bad call: {validation_problems(exc)}") from None
@@ -203,6 +209,8 @@ def admit(
     switched on, available to the account), then room in the queue (which reserves one
     message of it in ``lengths``). A conversation's call to a tool with session
     affinity goes to the route its last result named while it is live (``routes``).
+    An admitted request is given the identity of the tool the catalog lists its name as
+    (``request.identity``), so that no worker serving another tool under that name runs it.
 
     Raises:
         ClientError: arguments that are not JSON.
@@ -219,7 +227,9 @@ def admit(
     refusal = catalog.refusal(request.function, request.context.account)
     if refusal is not None:
         return refusal
-    queue = catalog.typed[request.function].queue
+    entry = catalog.typed[request.function]
+    queue = entry.queue
+    request.identity = entry.identity
     held = lengths.reserve(catalog, queue)
     if held is not None:
         message = (

@@ -342,6 +342,7 @@ class ProducerCore:
         account: str | None,
         format: str,
         include_unavailable: bool,  # noqa: A002
+        metadata: bool = False,
     ) -> Generator[Step, Any, list[dict[str, Any]]]:
         """The catalog's tools for ``account`` in ``format`` (see ``ToolClient.tools``).
 
@@ -350,7 +351,7 @@ class ProducerCore:
             ConnectionFailed: Redis unreachable or failing.
         """
         catalog = yield from self._read(ReadCatalog(None), "the tool catalog")
-        return tool_list(catalog, account, format, include_unavailable)
+        return tool_list(catalog, account, format, include_unavailable, metadata)
 
     def preparing(
         self, function: str, partial: Any, tool_call_id: str | None, index: int

@@ -11,7 +11,8 @@ interchangeable (stateless mode).
   ``annotations`` and ``outputSchema`` where the catalog knows them.
 - ``tools/call``: ``AsyncToolClient.call`` with the request's own time budget
   (``_meta["toolfleet/timeout_s"]``, seconds, at most ``max_timeout_s``), else
-  ``default_timeout_s``; the result is mapped by
+  ``default_timeout_s``; ``_meta["toolfleet/schema_hash"]`` (as ``tools/list`` gave it in
+  each tool's ``_meta``) pins the call to that schema; the result is mapped by
   :func:`~toolfleet.producer.mcp.results.call_tool_result`. With a ``progressToken``
   the call is streamed and its ``running``/``progress`` events become
   ``notifications/progress``. When the client cancels (``notifications/cancelled``, or
@@ -55,6 +56,7 @@ from toolfleet.producer.mcp.results import call_tool_result
 from toolfleet.producer.mcp.sessions import caller_of_scope, session_call_id
 from toolfleet.shared import codec
 from toolfleet.shared.errors import ClientError, ConnectionFailed
+from toolfleet.shared.export import SCHEMA_HASH_KEY
 from toolfleet.shared.wire import Status, ToolCallResult
 
 __all__ = ["TIMEOUT_META_KEY", "Gateway", "GatewayConfig"]
@@ -148,16 +150,19 @@ class Gateway:
         timeout_s = self._timeout_s(ctx.meta)
         context = {"account": caller.account, "user": caller.user, "llmclient": "mcp"}
         arguments = params.arguments or {}
+        pin = _schema_hash(ctx.meta)
         try:
             call_id = self._call_id(ctx, caller)
             if _progress_token(ctx.meta) is None and call_id is not None:
                 result = await self.client._call_as(  # noqa: SLF001 - the producer's own gateway
-                    call_id, params.name, arguments, context=context, timeout_s=timeout_s
-                )
+                    call_id, params.name, arguments, context=context, timeout_s=timeout_s,
+                    schema_hash=pin,
+                )  # fmt: skip
             elif _progress_token(ctx.meta) is None:
                 result = await self.client.call(
-                    params.name, arguments, context=context, timeout_s=timeout_s
-                )
+                    params.name, arguments, context=context, timeout_s=timeout_s,
+                    schema_hash=pin,
+                )  # fmt: skip
             else:
                 result = await self._streamed_call(ctx, params.name, arguments, context, timeout_s)
         except ClientError as exc:  # backpressure, or a call the client refuses outright
@@ -281,6 +286,12 @@ class Gateway:
         if not math.isfinite(asked) or asked <= 0:
             return self.config.default_timeout_s
         return float(min(asked, self.config.max_timeout_s))
+
+
+def _schema_hash(meta: Mapping[str, Any] | None) -> str | None:
+    """The request's ``_meta["toolfleet/schema_hash"]``, when it is a string."""
+    pin = (meta or {}).get(SCHEMA_HASH_KEY)
+    return pin if isinstance(pin, str) else None
 
 
 def _progress_token(meta: Mapping[str, Any] | None) -> Any:

@@ -15,9 +15,10 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Column, Table
 
+from toolfleet.producer.catalog import read_entries
 from toolfleet.shared import codec
 from toolfleet.shared.naming import (
-    catalog_key,
+    catalog_workers_key,
     dead_letters_key,
     events_key,
     queue_msgs_key,
@@ -58,16 +59,26 @@ def _busy(answered: list[dict[str, Any]], window_s: float) -> float:
     return sum(float(e["run_s"]) for e in answered if e.get("run_s") is not None) / window_s
 
 
-def render_top(client: redis.Redis, namespace: str, window_s: float = WINDOW_S) -> Group:
-    """One frame of ``toolfleet top``: queues, workers and per-function statistics."""
-    entries = [codec.loads(v) for v in client.hvals(catalog_key(namespace))]
+def render_top(
+    client: redis.Redis, namespace: str, window_s: float = WINDOW_S, worker_ttl_s: float = 10.0
+) -> Group:
+    """One frame of ``toolfleet top``: queues, catalog, workers and per-function statistics.
+
+    The catalog and its queues are the names a live worker serves
+    (:func:`~toolfleet.producer.catalog.read_entries`); a heartbeat older than
+    ``worker_ttl_s`` seconds does not count.
+    """
+    by_name = read_entries(client, namespace, worker_ttl_s)
+    entries = list(by_name.values())
     queues = sorted({str(e.get("queue")) for e in entries})
-    since = time.time() - 10.0
+    since = time.time() - worker_ttl_s
     pipe = client.pipeline(transaction=False)
     for queue in queues:
         pipe.hlen(queue_msgs_key(namespace, queue))
         pipe.zcard(dead_letters_key(namespace, queue))
         pipe.zrangebyscore(workers_key(namespace, queue), since, "+inf")
+    for name in sorted(by_name):
+        pipe.zcount(catalog_workers_key(namespace, name), since, "+inf")
     values = pipe.execute() if queues else []
     queue_table = Table("queue", "depth", "dead letters", "live workers", title="queues")
     workers: set[str] = set()
@@ -75,6 +86,15 @@ def render_top(client: redis.Redis, namespace: str, window_s: float = WINDOW_S) 
         depth, dead, live = values[3 * i : 3 * i + 3]
         workers |= {w.decode() for w in live}
         queue_table.add_row(queue, str(depth), str(dead), str(len(live)))
+    catalog_table = Table(
+        Column("function", overflow="fold"), "tool", "version", "schema", "workers",
+        title="catalog",
+    )  # fmt: skip
+    for name, serving in zip(sorted(by_name), values[3 * len(queues) :], strict=True):
+        entry = by_name[name]
+        tool = f"{entry.get('slug', '')}/{entry.get('tool', '')}"
+        catalog_table.add_row(name, tool, str(entry.get("version", "")),
+                              str(entry.get("schema_hash", "")), str(serving))  # fmt: skip
     hosts = Counter(w.rsplit(":", 1)[0] for w in workers)
     worker_table = Table("host", "worker processes", title="workers")
     for host, count in sorted(hosts.items()):
@@ -107,7 +127,7 @@ def render_top(client: redis.Redis, namespace: str, window_s: float = WINDOW_S) 
         )
     names = sorted(str(e.get("name")) for e in entries)
     tenancy = tenancy_tables(client, namespace, names, queues)
-    return Group(queue_table, worker_table, function_table, *tenancy)
+    return Group(queue_table, catalog_table, worker_table, function_table, *tenancy)
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -126,16 +146,19 @@ def top(ctx: click.Context, once: bool, interval: float) -> None:
     """A live view of queues, workers and per-function calls/s, latency and errors."""
     client: redis.Redis = ctx.obj.redis(socket_timeout=5)
     namespace = ctx.obj.settings.namespace
+    ttl_s = ctx.obj.settings.worker_ttl_s
     if once:
-        console.print(render_top(client, namespace))
+        console.print(render_top(client, namespace, worker_ttl_s=ttl_s))
         return
     outage = Outage(ctx.obj.settings.redis_url)
-    with Live(render_top(client, namespace), console=console, refresh_per_second=4) as live:
+    with Live(
+        render_top(client, namespace, worker_ttl_s=ttl_s), console=console, refresh_per_second=4
+    ) as live:
         try:
             while True:
                 time.sleep(interval)
                 try:
-                    frame = render_top(client, namespace)
+                    frame = render_top(client, namespace, worker_ttl_s=ttl_s)
                 except (redis.ConnectionError, redis.TimeoutError) as exc:
                     time.sleep(outage.failed(exc))
                     continue

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from toolfleet.shared import codec
-from toolfleet.shared.catalog import governing_switches, refusal
+from toolfleet.shared.catalog import Refusal, governing_switches, refusal
+from toolfleet.shared.catalog_life import contested_message, pin_refusal
 from toolfleet.shared.errors import InvalidArgumentsError, ToolCallError
 from toolfleet.shared.limits import deadline_problem
 from toolfleet.shared.tool import ExtensionContext
@@ -217,9 +218,31 @@ class CallPipeline:
         if entry is not None and not fresh_switches:
             switches = dict.fromkeys(governing_switches(entry), True)
         refused = refusal(request.function, entry, switches, request.context.account)
+        if refused is None and served is not None:
+            refused = self._pinned(request, served)
         if refused is not None:
             return self._failure(request, refused.status, refused.message, timings)
         return None
+
+    def _pinned(self, request: ToolCallRequest, served: ServedTool) -> Refusal | None:
+        """Why this worker's tool is not the one the call was listed for (``None``: it is).
+
+        A name another tool holds fleet-wide is refused, and so is a call whose listed
+        identity or schema hash is not this tool's (:func:`pin_refusal`): O(1) per call.
+        """
+        owner = self.registry.contested.get(request.function)
+        if owner is not None:
+            message = contested_message(request.function, owner, served.identity)
+            return Refusal(Status.NOT_AVAILABLE, message)
+        if request.identity is None and request.schema_hash is None:
+            return None
+        return pin_refusal(
+            request.function,
+            served.identity,
+            served.schema_hash,
+            asked_identity=request.identity,
+            asked_hash=request.schema_hash,
+        )
 
     def in_flight(self, request: ToolCallRequest) -> InFlight:
         """The watchdog's record of the call: by when this process answers it itself."""

@@ -65,6 +65,9 @@ class Registry:
         tool_states: function -> (enabled, preparation text) at the last refresh.
         mcp: the MCP sessions of this process (``None`` until an MCP extension loads).
         withdrawn: functions an MCP server stopped offering, to remove from the catalog.
+        contested: function -> the tool (``<slug>/<tool>``) that holds the name fleet-wide
+            while this process's tool of that name is refused it
+            (:mod:`toolfleet.shared.catalog_life`); set at each catalog heartbeat.
     """
 
     def __init__(
@@ -86,6 +89,7 @@ class Registry:
         self.start_mcp = start_mcp
         self.mcp: McpServers | None = None
         self.withdrawn: set[str] = set()
+        self.contested: dict[str, str] = {}
         self._withdrawn_lock = threading.Lock()
         self._settings: dict[str, BaseModel | None] = {}
 

@@ -25,8 +25,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
+from toolfleet.producer.catalog import read_entries
 from toolfleet.shared import codec
-from toolfleet.shared.naming import catalog_key, dead_letters_key, queue_msgs_key, workers_key
+from toolfleet.shared.naming import dead_letters_key, queue_msgs_key, workers_key
 from toolfleet.shared.tenancy.lanes import LANES, lane_keys, uses_lanes
 from toolfleet.worker.supervision.collector_guard import GuardedRegistry
 from toolfleet.worker.supervision.health import HealthReport
@@ -113,7 +114,9 @@ class QueueCollector:
     Depth counts Dramatiq's ``<ns>:<queue>.msgs`` hash: pending, prefetched and running
     messages (what KEDA scales on). Lane depth counts the calls waiting in each of a
     queue's account lanes (:mod:`toolfleet.shared.tenancy.lanes`; at most ``LANES``
-    series per queue). Queues are those of the catalog.
+    series per queue). Queues are those of the catalog's names a live worker serves
+    (:func:`~toolfleet.producer.catalog.read_entries`): the queue of a removed extension
+    leaves with its names, one worker TTL after its last worker.
     """
 
     def __init__(
@@ -151,12 +154,8 @@ class QueueCollector:
             labels=["queue", "lane"],
         )
         try:
-            queues = sorted(
-                {
-                    str(codec.loads(v).get("queue"))
-                    for v in self.client.hvals(catalog_key(self.namespace))
-                }
-            )
+            entries = read_entries(self.client, self.namespace, self.worker_ttl_s)
+            queues = sorted({str(e.get("queue")) for e in entries.values()})
             pipe = self.client.pipeline(transaction=False)
             since = time.time() - self.worker_ttl_s
             for queue in queues:
