@@ -26,6 +26,11 @@ rename it. Once the owner's workers have been gone for one TTL, the name is free
 Within one worker process, two tools whose plain names clash both get hashed names
 (:func:`toolfleet.shared.naming.function_names`).
 
+**Rolling upgrades.** While workers of two versions consume one queue, a call to a name
+only one version serves may be fetched by a worker of the other: that worker hands the
+message back to the queue (a few times at most) instead of answering
+``unknown_function``, since the name is listed (:mod:`toolfleet.worker.messaging.actors`).
+
 **Pinning.** A producer puts the listed entry's ``identity`` (and, when its caller asks,
 the ``schema_hash`` the model was shown) on the request, and the worker refuses a call
 whose tool is not that one (:func:`pin_refusal`), before running it.
@@ -62,8 +67,8 @@ CHANGED_SINCE_LISTED = "the tool changed since it was listed: list tools again (
 #: KEYS: catalog hash, liveness sorted set, owners hash, then the workers set of each
 #: published name, in ARGV order. ARGV: now (epoch s), the cutoff (epoch s: a newest
 #: heartbeat before it has left), this worker's id, the workers sets' lifetime (ms), then
-#: per name: name, identity, entry (JSON). Returns ``{contested, gone}``: name/owner
-#: pairs this worker was refused, flat, and the names that left.
+#: per name: name, identity, entry (JSON). Returns ``{contested, gone, listed}``: name/owner
+#: pairs this worker was refused, flat; the names that left; the names listed now.
 PUBLISH_SCRIPT = """
 local contested = {}
 local cutoff = tonumber(ARGV[2])
@@ -90,7 +95,7 @@ for _, name in ipairs(gone) do
   redis.call('HDEL', KEYS[3], name)
   redis.call('ZREM', KEYS[2], name)
 end
-return {contested, gone}
+return {contested, gone, redis.call('ZRANGEBYSCORE', KEYS[2], ARGV[2], '+inf')}
 """
 
 

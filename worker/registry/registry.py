@@ -68,6 +68,8 @@ class Registry:
         contested: function -> the tool (``<slug>/<tool>``) that holds the name fleet-wide
             while this process's tool of that name is refused it
             (:mod:`toolfleet.shared.catalog_life`); set at each catalog heartbeat.
+        listed: the names the fleet's catalog lists (a live worker serves them), as of
+            this process's last catalog heartbeat.
     """
 
     def __init__(
@@ -90,6 +92,7 @@ class Registry:
         self.mcp: McpServers | None = None
         self.withdrawn: set[str] = set()
         self.contested: dict[str, str] = {}
+        self.listed: frozenset[str] = frozenset()
         self._withdrawn_lock = threading.Lock()
         self._settings: dict[str, BaseModel | None] = {}
 

@@ -27,7 +27,12 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 
 from toolfleet.producer.catalog import read_entries
 from toolfleet.shared import codec
-from toolfleet.shared.naming import dead_letters_key, queue_msgs_key, workers_key
+from toolfleet.shared.naming import (
+    catalog_workers_key,
+    dead_letters_key,
+    queue_msgs_key,
+    workers_key,
+)
 from toolfleet.shared.tenancy.lanes import LANES, lane_keys, uses_lanes
 from toolfleet.worker.supervision.collector_guard import GuardedRegistry
 from toolfleet.worker.supervision.health import HealthReport
@@ -109,7 +114,8 @@ class QueueCollector:
     """Collects queue depth, dead letters and live workers per queue from Redis.
 
     Metrics ``toolfleet_queue_depth``, ``toolfleet_dead_letters``,
-    ``toolfleet_queue_workers`` and ``toolfleet_queue_lane_depth``, read at scrape time.
+    ``toolfleet_queue_workers``, ``toolfleet_queue_lane_depth`` and
+    ``toolfleet_function_workers`` (per catalogued function), read at scrape time.
 
     Depth counts Dramatiq's ``<ns>:<queue>.msgs`` hash: pending, prefetched and running
     messages (what KEDA scales on). Lane depth counts the calls waiting in each of a
@@ -148,6 +154,11 @@ class QueueCollector:
         dead = GaugeMetricFamily(
             "toolfleet_dead_letters", "Dead-lettered messages of a queue.", labels=["queue"]
         )
+        serving = GaugeMetricFamily(
+            "toolfleet_function_workers",
+            "Worker processes with a fresh heartbeat serving a catalogued function.",
+            labels=["function"],
+        )
         lanes = GaugeMetricFamily(
             "toolfleet_queue_lane_depth",
             "Calls waiting in one account lane of a queue (accounts hash into 16 lanes).",
@@ -165,10 +176,13 @@ class QueueCollector:
             for queue in queues:
                 for key in lane_keys(self.namespace, queue):
                     pipe.llen(key)
+            names = sorted(entries)
+            for name in names:
+                pipe.zcount(catalog_workers_key(self.namespace, name), since, "+inf")
             values = pipe.execute()
         except (redis.RedisError, codec.DecodeError) as exc:
             log.warning("queue depth unavailable: %s", exc)
-            queues, values = [], []
+            queues, names, values = [], [], []
         for i, queue in enumerate(queues):
             depth.add_metric([queue], values[3 * i])
             dead.add_metric([queue], values[3 * i + 1])
@@ -178,10 +192,14 @@ class QueueCollector:
             for lane, waiting in enumerate(values[start : start + LANES]):
                 if uses_lanes(queue):
                     lanes.add_metric([queue, str(lane)], waiting)
+        start = (3 + LANES) * len(queues)
+        for name, count in zip(names, values[start:], strict=True):
+            serving.add_metric([name], count)
         yield depth
         yield dead
         yield workers
         yield lanes
+        yield serving
 
 
 #: Paths of the probes, meaning ``toolfleet health --live`` and ``--ready``.

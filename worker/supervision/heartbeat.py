@@ -128,6 +128,7 @@ class CatalogPublisher:
         self._epoch = _text(replies[0])
         self._remembered = sorted(_text(name) for name in replies[-1])
         pairs = [_text(v) for v in replies[1][0]]
+        self.registry.listed = frozenset(_text(v) for v in replies[1][2])
         self._note_contested(dict(zip(pairs[::2], pairs[1::2], strict=True)), served)
         self._beat(now)
         self.registry.switches.refresh(self.client)
