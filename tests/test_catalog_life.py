@@ -34,8 +34,15 @@ from conftest import (
     toolfleet_command,
 )
 from toolfleet.shared import Status, codec
+from toolfleet.shared.catalog_life import PUBLISH_SCRIPT
 from toolfleet.shared.export import SCHEMA_HASH_KEY
-from toolfleet.shared.naming import events_key
+from toolfleet.shared.naming import (
+    catalog_key,
+    catalog_live_key,
+    catalog_owners_key,
+    catalog_workers_key,
+    events_key,
+)
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.wire import ReplyEnvelope, ToolCallRequest, new_call_id
 
@@ -432,3 +439,31 @@ def test_a_call_pinned_to_the_schema_it_was_shown_is_refused_after_the_schema_ch
             gateway.close()
         for client in clients:
             client.stop()
+
+
+def _publish(r: redis.Redis, ns: str, now: float, worker: str, *named: tuple[str, str]) -> Any:
+    """Run the publish script as a worker serving ``named`` (name, identity) would."""
+    keys = [catalog_key(ns), catalog_live_key(ns), catalog_owners_key(ns)]
+    keys += [catalog_workers_key(ns, name) for name, _ in named]
+    args: list[Any] = [repr(now), repr(now - TTL_S), worker, 60_000]
+    for name, identity in named:
+        args += [name, identity, codec.dumps({"name": name, "queue": "q", "by": identity})]
+    return r.eval(PUBLISH_SCRIPT, len(keys), *keys, *args)
+
+
+def test_the_publish_script_keeps_a_name_for_its_first_tool_until_its_workers_are_gone(
+    r: redis.Redis, ns: str
+) -> None:
+    """A second tool is refused a name the first one's live workers hold; the first one's
+    beats keep it; one TTL after its last beat the name is deleted (entry, owner,
+    liveness) by the next beat of any worker, and the second tool may take it."""
+    assert _publish(r, ns, 1000.0, "w1", (SHARED, "a/b_c")) == [[], [], [SHARED.encode()]]
+    refused = _publish(r, ns, 1001.0, "w2", (SHARED, "a-b/c"))
+    assert refused[0] == [SHARED.encode(), b"a/b_c"]
+    assert codec.loads(r.hget(catalog_key(ns), SHARED))["by"] == "a/b_c"
+    assert _publish(r, ns, 1002.0, "w1", (SHARED, "a/b_c"))[0] == []
+    # w1 stops; one TTL after its last beat a beat of an unrelated worker deletes the name
+    assert _publish(r, ns, 1002.0 + TTL_S + 0.01, "w3")[1] == [SHARED.encode()]
+    assert not r.hexists(catalog_key(ns), SHARED) and not r.hexists(catalog_owners_key(ns), SHARED)
+    taken = _publish(r, ns, 1006.0, "w2", (SHARED, "a-b/c"))
+    assert taken[0] == [] and codec.loads(r.hget(catalog_key(ns), SHARED))["by"] == "a-b/c"
