@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -291,9 +292,11 @@ def test_a_removed_extensions_queue_leaves_the_exporter_and_stops_the_no_workers
     exporter = Exporter(redis_url, ns, tmp_path / "exporter.log")
     try:
         _eventually(lambda: _exporter_queues(exporter).get("tools.gone") == 1, 30, "gone live")
-        fleets.pop().stop()
+        stopping = fleets.pop()
+        stopping.process.send_signal(signal.SIGTERM)  # its workers withdraw, then drain
         _eventually(lambda: _exporter_queues(exporter).get("tools.gone") == 0, 30, "no worker")
         unserved = _samples(exporter.port)
+        stopping.stop()
         fleets.append(_fleet(redis_url, ns, tmp_path / "b.log"))  # the same fleet without it
         stopped = time.monotonic()
         _eventually(lambda: "tools.gone" not in _exporter_queues(exporter),
