@@ -31,6 +31,7 @@ from toolfleet.producer.backpressure import InFlightLimit
 from toolfleet.producer.bounded import DeadlineRunner
 from toolfleet.producer.catalog import CatalogReader
 from toolfleet.producer.events import CallEvent
+from toolfleet.producer.follower import Follower
 from toolfleet.producer.listener import ReplyListener
 from toolfleet.producer.publish import Publisher
 from toolfleet.producer.stream import SyncTurnStream, TurnState
@@ -109,7 +110,9 @@ class ToolClient(ClientBase):
         self._catalog = CatalogReader(self._redis, ns, settings.catalog_cache_s,
                                       settings.worker_ttl_s)  # fmt: skip
         self._catalog.watch = self._core.routes.queues
-        self._publisher = Publisher(self._redis, ns, QuotaDefaults.from_settings(settings))
+        self._publisher = Publisher(self._redis, ns, QuotaDefaults.from_settings(settings),
+                                    settings.reply_ttl_s)  # fmt: skip
+        self._follower = Follower(self._redis, self._core.following, self._core.table)
         self._listener = ReplyListener(lambda: self._connection("reply"), self.reply_to,
                                        self._core.table, self._redis, ns,
                                        settings.reply_ttl_s)  # fmt: skip
@@ -143,11 +146,12 @@ class ToolClient(ClientBase):
     @override
     def submit(self, function: str, arguments: Arguments = None, *,
                tool_call_id: str | None = None, context: CallContext | dict[str, Any] | None = None,
-               timeout_s: float = 30.0) -> CallFuture:  # fmt: skip
+               timeout_s: float = 30.0, idempotency_key: str | None = None,
+               ) -> CallFuture:  # fmt: skip
         self._check_open()
         request = self._request(function, arguments, tool_call_id, context, timeout_s)
         future = CallFuture(request.id)
-        self._drive(self._core.submit(request, future))
+        self._drive(self._core.submit(request, future, idempotency_key))
         return future
 
     @override
@@ -157,14 +161,15 @@ class ToolClient(ClientBase):
     @override
     def dispatch(self, tool_calls: Any, *, context: CallContext | dict[str, Any] | None = None,
                  timeout_s: float = 30.0, on_event: Callable[[CallEvent], object] | None = None,
-                 ) -> list[dict[str, Any]]:  # fmt: skip
+                 idempotency_key: str | None = None) -> list[dict[str, Any]]:  # fmt: skip
         if on_event is None:
-            state = self._start_turn(tool_calls, context, timeout_s, None)
+            state = self._start_turn(tool_calls, context, timeout_s, None, idempotency_key)
             for future in state.futures:
                 if future is not None:
                     future.result()  # resolved by the deadline at the latest
             return state.messages()
-        with self.stream(tool_calls, context=context, timeout_s=timeout_s) as events:
+        with self.stream(tool_calls, context=context, timeout_s=timeout_s,
+                         idempotency_key=idempotency_key) as events:  # fmt: skip
             for event in events:
                 on_event(event)
         return events.messages
@@ -219,9 +224,11 @@ class ToolClient(ClientBase):
     # -- the I/O the core asks for ---------------------------------------------------------
 
     def _start_turn(self, tool_calls: Any, context: Any, timeout_s: float,
-                    emit: Callable[[CallEvent], None] | None) -> TurnState:  # fmt: skip
+                    emit: Callable[[CallEvent], None] | None,
+                    idempotency_key: str | None = None) -> TurnState:  # fmt: skip
         self._check_open()
-        return self._drive(self._core.turn(tool_calls, context, timeout_s, emit, CallFuture))
+        turn = self._core.turn(tool_calls, context, timeout_s, emit, CallFuture, idempotency_key)
+        return self._drive(turn)
 
     def _cancel(self, call_ids: list[str]) -> bool:
         return bool(self._drive(self._core.cancel(call_ids)))
@@ -246,9 +253,9 @@ class ToolClient(ClientBase):
         if isinstance(step, core.TakeSlot):
             return self._slots.acquire(step.wait_s)
         if isinstance(step, core.Publish):
-            items, no_breaker = step.items, step.no_breaker
+            items, no_breaker, keys = step.items, step.no_breaker, step.keys
             return self._bounded.run(
-                lambda: self._publisher.publish_many(items, no_breaker), step.deadline
+                lambda: self._publisher.publish_many(items, no_breaker, keys), step.deadline
             )
         if isinstance(step, core.MarkResolved):
             return self._listener.mark_within(step.call_ids)

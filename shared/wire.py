@@ -220,6 +220,9 @@ class ToolCallResult(BaseModel):
         route: for a tool with session affinity, the queue the conversation's next
             calls should go to (only the worker slot holding its state consumes it);
             see :mod:`toolfleet.producer.affinity`.
+        duplicate_of: for a call submitted again under an idempotency key, the id of the
+            call the key was first used for, whose outcome this is (nothing ran for this
+            one); see :mod:`toolfleet.shared.idempotency`.
     """
 
     model_config = ConfigDict(extra="ignore")
@@ -234,6 +237,7 @@ class ToolCallResult(BaseModel):
     worker: str | None = None
     description: str | None = None
     route: str | None = None
+    duplicate_of: str | None = None
 
     @property
     def ok(self) -> bool:

@@ -55,6 +55,7 @@ PUBLIC = {
         "CrashedError",
         "ExpiredError",
         "ExtensionToolError",
+        "IdempotencyKeyError",
         "InvalidArgumentsError",
         "NotAvailableError",
         "RejectedError",

@@ -24,7 +24,7 @@ from toolfleet.producer.turns import TurnCall
 from toolfleet.shared import codec
 from toolfleet.shared.catalog import Refusal
 from toolfleet.shared.errors import ClientError
-from toolfleet.shared.limits import MAX_DEPTH, timeout_problem
+from toolfleet.shared.limits import MAX_DEPTH, MAX_NAME_CHARS, timeout_problem
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.wire import (
     CallContext,
@@ -42,6 +42,7 @@ __all__ = [
     "arguments_size",
     "build_request",
     "catalog_refusal",
+    "check_idempotency_key",
     "check_timeout",
     "local_result",
     "make_context",
@@ -72,6 +73,19 @@ def check_timeout(timeout_s: Any) -> float:
     if problem:
         raise ClientError(problem)
     return float(timeout_s)
+
+
+def check_idempotency_key(key: Any) -> str:
+    """``key`` as an idempotency key (:mod:`toolfleet.shared.idempotency`).
+
+    Raises:
+        ClientError: not a non-empty string of at most ``MAX_NAME_CHARS`` (256) characters.
+    """
+    if not isinstance(key, str) or not key or len(key) > MAX_NAME_CHARS:
+        raise ClientError(
+            f"idempotency_key must be a non-empty string of at most {MAX_NAME_CHARS} characters"
+        )
+    return key
 
 
 def make_context(context: CallContext | dict[str, Any] | None) -> CallContext:

@@ -31,6 +31,7 @@ from toolfleet.producer._core.calls import (
     Refusal,
     admit,
     catalog_refusal,
+    check_idempotency_key,
     check_timeout,
     local_result,
     make_context,
@@ -39,6 +40,7 @@ from toolfleet.producer._core.calls import (
 )
 from toolfleet.producer._core.config import ClientConfig, Identity
 from toolfleet.producer._core.fleet import QueuedCancel, queued_cancel, queued_request
+from toolfleet.producer._core.follow import Following
 from toolfleet.producer._core.listing import tool_list
 from toolfleet.producer._core.observe import count_refused
 from toolfleet.producer._core.pending import PendingTable, ResultFuture, settle
@@ -51,9 +53,11 @@ from toolfleet.producer.hooks import fire_refused, fire_requested
 from toolfleet.producer.publish import Outcome
 from toolfleet.producer.stream import TurnState
 from toolfleet.producer.turns import parse_tool_calls
-from toolfleet.shared.errors import ClientClosedError
+from toolfleet.shared.errors import ClientClosedError, IdempotencyKeyError
 from toolfleet.shared.extension_errors import current_errors
+from toolfleet.shared.idempotency import Duplicate, Idempotency, fingerprint, misuse_message
 from toolfleet.shared.metric_labels import function_label
+from toolfleet.shared.naming import idempotency_key
 from toolfleet.shared.tenancy.enqueue import Refused
 from toolfleet.shared.wire import CallContext, Status, ToolCallRequest, ToolCallResult
 
@@ -97,12 +101,14 @@ class Publish:
     """Publish ``items`` (``(queue, request)``), waiting no later than ``deadline`` (epoch s).
 
     ``no_breaker``: the functions whose catalog entry declares no breaker (the enqueue
-    script does not read their breaker state).
+    script does not read their breaker state); ``keys``: the idempotency keys of the
+    requests that carry one, by request id.
     """
 
     items: list[tuple[str, ToolCallRequest]]
     deadline: float
     no_breaker: frozenset[str] = frozenset()
+    keys: dict[str, Idempotency] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,10 +180,12 @@ class ProducerCore:
         on_settled: gives an in-flight slot back (once per published call).
         on_cancel: cancels in the fleet a call whose future its caller canceled.
         on_earliest: the earliest deadline moved (the shell's timer re-arms).
+        on_follow: a duplicate began waiting in :attr:`following` (the shell's poller runs).
 
     Attributes:
         identity: this process's client id and reply list.
         table: the calls in flight.
+        following: the duplicates (idempotency keys) waiting for their first call's outcome.
     """
 
     def __init__(
@@ -186,10 +194,13 @@ class ProducerCore:
         on_settled: Callable[[], None],
         on_cancel: Callable[[str], None] | None = None,
         on_earliest: Callable[[], None] | None = None,
+        on_follow: Callable[[], None] | None = None,
     ) -> None:
         self.config = config
         self.identity = Identity.new(config.namespace)
         self.table = PendingTable(on_settled, on_cancel, on_earliest)
+        self.following = Following(config.namespace)
+        self._on_follow = on_follow
         self.lengths = QueueLengths(config.settings.max_queue_length)
         self.routes = Routes()
 
@@ -220,16 +231,54 @@ class ProducerCore:
         except RuntimeError:
             raise ClientClosedError("the client is closed") from None
 
-    def published(self, request: ToolCallRequest, outcome: Outcome, label: str) -> None:
+    def idempotency(
+        self, request: ToolCallRequest, key: Any, index: int | None = None
+    ) -> Idempotency | None:
+        """The idempotency key of ``request`` ready for the enqueue script (``None``: none).
+
+        Args:
+            request: the call.
+            key: the caller's key, or ``None``.
+            index: the call's position in a turn made under ``key``.
+
+        Raises:
+            ClientError: a key that is not a non-empty string of at most 256 characters.
+        """
+        if key is None:
+            return None
+        key = check_idempotency_key(key)
+        record = idempotency_key(self.config.namespace, request.context.account, key, index)
+        return Idempotency(key, record, fingerprint(request.function, request.arguments))
+
+    def published(
+        self,
+        request: ToolCallRequest,
+        outcome: Outcome,
+        label: str,
+        idempotency: Idempotency | None = None,
+    ) -> None:
         """Settle a call by its publish outcome, unless it was published (or may have been).
 
         ``label`` is the call's ``function`` metric label (as given to :meth:`register`).
+        A duplicate of an earlier call (same idempotency key, same call) waits for that
+        call's outcome in :attr:`following`.
 
         Raises:
+            IdempotencyKeyError: the call's idempotency key was used for a different call
+                (after answering the call ``rejected``).
             Exception: ``outcome`` when it is not a Redis failure (after answering the
                 call ``rejected``).
         """
         if outcome is None:
+            return
+        if isinstance(outcome, Duplicate):
+            if outcome.misuse:
+                message = misuse_message(idempotency.key if idempotency else "")
+                self.table.resolve(request.id, Status.REJECTED, message, queued_s=0.0)
+                raise IdempotencyKeyError(message)
+            self.following.add(request, outcome.call_id)
+            if self._on_follow is not None:
+                self._on_follow()
             return
         if isinstance(outcome, Refused):  # over a quota or breaker open: nothing published
             count_refused(label, outcome.reason)
@@ -247,13 +296,18 @@ class ProducerCore:
 
     # -- operations ----------------------------------------------------------------------
 
-    def submit(self, request: ToolCallRequest, future: ResultFuture) -> Generator[Step, Any, None]:
+    def submit(
+        self, request: ToolCallRequest, future: ResultFuture, idempotency_key: Any = None
+    ) -> Generator[Step, Any, None]:
         """Admit, publish and register one call (see ``ToolClient.submit``).
 
         Raises:
             BackpressureError: no in-flight slot within the wait.
             ClientClosedError: the client closed.
+            ClientError: a bad ``idempotency_key``.
+            IdempotencyKeyError: ``idempotency_key`` was used for a different call.
         """
+        idempotency = self.idempotency(request, idempotency_key)
         try:
             catalog = yield ReadCatalog(request.function, request.deadline)
         except REDIS_FAILURES as exc:
@@ -274,10 +328,11 @@ class ProducerCore:
         self.register(request, future, None, label)
         try:
             no_breaker = catalog.without_breaker([request.function])
-            (outcome,) = yield Publish([(admitted, request)], request.deadline, no_breaker)
+            keys = {request.id: idempotency} if idempotency is not None else None
+            (outcome,) = yield Publish([(admitted, request)], request.deadline, no_breaker, keys)
         except Exception as exc:  # noqa: BLE001 - classified by published()
             outcome = exc
-        self.published(request, outcome, label)
+        self.published(request, outcome, label, idempotency)
 
     def turn(
         self,
@@ -286,15 +341,23 @@ class ProducerCore:
         timeout_s: float,
         emit: Callable[[CallEvent], None] | None,
         new_future: Callable[[str], ResultFuture],
+        idempotency_key: Any = None,
     ) -> Generator[Step, Any, TurnState]:
         """Parse a turn, answer what the producer refuses, publish the rest in batches.
+
+        With ``idempotency_key`` each call of the turn carries the key and its position
+        (the same turn submitted again is answered call by call with the first outcomes).
 
         Returns:
             The turn's state (``state.deadline``: its deadline, epoch seconds).
 
         Raises:
-            ClientError: not a turn, or a bad context or timeout.
+            ClientError: not a turn, or a bad context, timeout or ``idempotency_key``.
+            IdempotencyKeyError: ``idempotency_key`` was used for a different turn (after
+                the turn's other calls were published and every call answered).
         """
+        if idempotency_key is not None:
+            check_idempotency_key(idempotency_key)  # before anything is published
         turn = parse_tool_calls(tool_calls)
         ctx = make_context(context)
         timeout_s = check_timeout(timeout_s)
@@ -307,6 +370,7 @@ class ProducerCore:
             except REDIS_FAILURES as exc:
                 catalog = catalog_refusal(exc, timeout_s)
         batch: list[tuple[int, str, ToolCallRequest]] = []
+        keys: dict[str, Idempotency] = {}
         for call in turn.calls:
             prepared = prepare_turn_call(
                 call,
@@ -324,8 +388,10 @@ class ProducerCore:
                 state.answer(call.index, fire_refused(prepared, ctx))
                 continue
             queue_name, request = prepared
+            if idempotency_key is not None:
+                keys[request.id] = self.idempotency(request, idempotency_key, call.index)  # type: ignore[assignment]
             if not (yield TakeSlot(None)):
-                yield from self._publish_batch(state, batch, new_future, catalog)  # gathered go now
+                yield from self._publish_batch(state, batch, new_future, catalog, keys)
                 batch = []
                 wait_s = self.slot_wait_s(state.deadline)
                 if not (yield TakeSlot(wait_s)):
@@ -334,7 +400,7 @@ class ProducerCore:
                     state.answer(call.index, fire_refused(refused, ctx))
                     continue
             batch.append((call.index, queue_name, request))
-        yield from self._publish_batch(state, batch, new_future, catalog)
+        yield from self._publish_batch(state, batch, new_future, catalog, keys)
         return state
 
     def tools(
@@ -440,10 +506,12 @@ class ProducerCore:
         batch: Sequence[tuple[int, str, ToolCallRequest]],
         new_future: Callable[[str], ResultFuture],
         catalog: Catalog | Refusal,
+        keys: dict[str, Idempotency] | None = None,
     ) -> Generator[Step, Any, None]:
         """Publish a turn's calls in one pipeline (each holds a slot already).
 
-        ``catalog`` is the snapshot that admitted them (their metric labels come from it).
+        ``catalog`` is the snapshot that admitted them (their metric labels come from it);
+        ``keys``: the idempotency keys of the calls, by request id.
         """
         sent: list[tuple[int, str, ToolCallRequest, ResultFuture, str]] = []
         known = catalog.typed if isinstance(catalog, Catalog) else {}
@@ -465,13 +533,13 @@ class ProducerCore:
                 else frozenset()
             )
             items = [(q, r) for _, q, r, _, _ in sent]
-            outcomes = yield Publish(items, state.deadline, no_breaker)
+            outcomes = yield Publish(items, state.deadline, no_breaker, keys or None)
         except Exception as exc:  # noqa: BLE001 - the pipeline failed as a whole
             outcomes = [exc] * len(sent)
         failure: BaseException | None = None
         for (index, _, request, future, label), outcome in zip(sent, outcomes, strict=True):
             try:
-                self.published(request, outcome, label)
+                self.published(request, outcome, label, (keys or {}).get(request.id))
             except Exception as exc:  # noqa: BLE001 - raised once the turn is settled
                 failure = exc
             if future.done() and outcome is not None:
