@@ -1,4 +1,4 @@
-"""Idempotency keys: a call submitted again under its key runs nothing and gets the first outcome."""
+"""Idempotency keys: a call submitted again under its key runs nothing, gets the first outcome."""
 
 from __future__ import annotations
 
