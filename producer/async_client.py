@@ -26,8 +26,10 @@ from toolfleet.producer._core.base import ClientBase
 from toolfleet.producer._core.calls import REDIS_FAILURES, Arguments
 from toolfleet.producer._core.fleet import (
     CANCEL_QUEUED_SCRIPT,
+    count_live,
     queue_find_queued,
     queue_foreign_cancel,
+    read_routes,
 )
 from toolfleet.producer._redis import (
     FORKED_GIVEN_POOL,
@@ -94,7 +96,7 @@ class AsyncToolClient(ClientBase):
         self._redis = redis.asyncio.Redis(connection_pool=self._pool)
         self._catalog = AsyncCatalogReader(self._redis, ns, settings.catalog_cache_s,
                                            settings.worker_ttl_s)  # fmt: skip
-        self._catalog.watch = self._core.routes.queues
+        self._catalog.watch = self._core.slots.queues
         self._publisher = AsyncPublisher(self._redis, ns, QuotaDefaults.from_settings(settings),
                                          settings.reply_ttl_s)  # fmt: skip
         self._follower = AsyncFollower(self._redis, self._core.following, self._core.table)
@@ -286,6 +288,11 @@ class AsyncToolClient(ClientBase):
         if isinstance(step, core.AnswerQueued):
             script = self._redis.register_script(CANCEL_QUEUED_SCRIPT)
             return await script(keys=step.cancel.keys, args=step.cancel.args)
+        if isinstance(step, core.ReadRoutes):
+            return await read_routes(self._redis.pipeline(transaction=False), step.keys, step.ttl_s)
+        if isinstance(step, core.CheckLive):
+            pipe = self._redis.pipeline(transaction=False)
+            return await count_live(pipe, self.namespace, step.queues, self.settings.worker_ttl_s)
         if isinstance(step, core.ForeignCancel):
             pipe = self._redis.pipeline(transaction=False)
             queue_foreign_cancel(pipe, self.namespace, step.call_id, self.settings.reply_ttl_s)

@@ -152,6 +152,9 @@ class ToolCallRequest(BaseModel):
         sent_at: Unix epoch seconds when the producer published the call.
         events: when true the worker posts ``running`` and ``progress`` events to
             ``reply_to`` before the result (a producer streaming the call's status).
+        session_holder: for a conversation's call to a tool with session affinity, the
+            worker process (``host:pid``) its route names as holding the session, when
+            the producer read one (:mod:`toolfleet.shared.affinity`).
 
     Bounds (:mod:`toolfleet.shared.limits`): ``id`` at most ``MAX_ID_CHARS`` (128)
     characters, ``tool_call_id`` and ``function`` at most ``MAX_NAME_CHARS`` (256),
@@ -172,6 +175,7 @@ class ToolCallRequest(BaseModel):
     timeout_s: float = Field(allow_inf_nan=False)
     sent_at: float = Field(default_factory=time.time)
     events: bool = False
+    session_holder: NameText | None = None
 
     def arguments_size(self) -> int:
         """Bytes ``arguments`` take on the wire (0 for none).

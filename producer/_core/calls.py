@@ -17,7 +17,6 @@ import redis
 from pydantic import ValidationError
 
 from toolfleet.producer._redis import DeadlinePassed
-from toolfleet.producer.affinity import Routes
 from toolfleet.producer.backpressure import QueueLengths
 from toolfleet.producer.catalog import Catalog
 from toolfleet.producer.turns import TurnCall
@@ -209,14 +208,13 @@ def admit(
     catalog: Catalog,
     settings: Settings,
     lengths: QueueLengths,
-    routes: Routes | None = None,
 ) -> str | Refusal:
     """The queue to publish ``request`` on, or why the producer answers it itself.
 
     Checks, in order: argument size, a catalog entry, a live worker (and enabled,
     switched on, available to the account), then room in the queue (which reserves one
     message of it in ``lengths``). A conversation's call to a tool with session
-    affinity goes to the route its last result named while it is live (``routes``).
+    affinity may then go to its route instead (:mod:`toolfleet.producer.affinity`).
 
     Raises:
         ClientError: arguments that are not JSON.
@@ -241,7 +239,7 @@ def admit(
             "(TOOLFLEET_MAX_QUEUE_LENGTH): the fleet is overloaded, try again later"
         )
         return Refusal(Status.REJECTED, message)
-    return routes.route(request, catalog, queue) if routes is not None else queue
+    return queue
 
 
 def local_result(request: ToolCallRequest, status: Status, message: str) -> ToolCallResult:
@@ -307,7 +305,6 @@ def prepare_turn_call(
     catalog: Catalog | Refusal,
     settings: Settings,
     lengths: QueueLengths,
-    routes: Routes | None = None,
 ) -> ToolCallResult | tuple[str, ToolCallRequest]:
     """A turn's call, ready to publish as ``(queue, request)``, or answered at once.
 
@@ -322,7 +319,6 @@ def prepare_turn_call(
             read (:func:`catalog_refusal`).
         settings: the client's settings.
         lengths: the queue-length accounting.
-        routes: the client's session-affinity routes.
     """
     if call.problem:
         return ToolCallResult(
@@ -356,7 +352,7 @@ def prepare_turn_call(
     if isinstance(catalog, Refusal):
         return local_result(request, catalog.status, catalog.message)
     try:
-        admitted = admit(request, catalog, settings, lengths, routes)
+        admitted = admit(request, catalog, settings, lengths)
     except ClientError as exc:
         return local_result(request, Status.REJECTED, str(exc))
     if isinstance(admitted, Refusal):

@@ -16,6 +16,8 @@ The steps:
 - :class:`AnswerQueued` -> 1 when the call was answered ``canceled``, 0 when it had its
   outcome already.
 - :class:`ForeignCancel` -> ``(finished, marked, receivers)``.
+- :class:`ReadRoutes` -> per key, the conversation's route record (bytes) or ``None``.
+- :class:`CheckLive` -> per queue, how many workers beat on it within the worker TTL.
 """
 
 from __future__ import annotations
@@ -45,14 +47,15 @@ from toolfleet.producer._core.listing import tool_list
 from toolfleet.producer._core.observe import count_refused
 from toolfleet.producer._core.pending import PendingTable, ResultFuture, settle
 from toolfleet.producer._redis import connection_failed
-from toolfleet.producer.affinity import Routes, learn_route
+from toolfleet.producer.affinity import SlotWatch, route_key_of, routed, unchecked
 from toolfleet.producer.backpressure import QueueLengths, backpressure_error
 from toolfleet.producer.catalog import Catalog
 from toolfleet.producer.events import CallEvent, preparing_event
 from toolfleet.producer.hooks import fire_refused, fire_requested
 from toolfleet.producer.publish import Outcome
 from toolfleet.producer.stream import TurnState
-from toolfleet.producer.turns import parse_tool_calls
+from toolfleet.producer.turns import TurnCall, parse_tool_calls
+from toolfleet.shared.affinity import decode_route
 from toolfleet.shared.errors import ClientClosedError, IdempotencyKeyError
 from toolfleet.shared.extension_errors import current_errors
 from toolfleet.shared.idempotency import Duplicate, Idempotency, fingerprint, misuse_message
@@ -63,6 +66,7 @@ from toolfleet.shared.wire import CallContext, Status, ToolCallRequest, ToolCall
 
 __all__ = [
     "AnswerQueued",
+    "CheckLive",
     "Done",
     "FindQueued",
     "ForeignCancel",
@@ -70,6 +74,7 @@ __all__ = [
     "ProducerCore",
     "Publish",
     "ReadCatalog",
+    "ReadRoutes",
     "Step",
     "TakeSlot",
     "advance",
@@ -109,6 +114,21 @@ class Publish:
     deadline: float
     no_breaker: frozenset[str] = frozenset()
     keys: dict[str, Idempotency] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRoutes:
+    """Read (``GETEX``, keeping them ``ttl_s`` seconds longer) the route records ``keys``."""
+
+    keys: list[str]
+    ttl_s: int
+
+
+@dataclass(frozen=True, slots=True)
+class CheckLive:
+    """Count the live workers of each of ``queues`` (slot queues met for the first time)."""
+
+    queues: list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +174,8 @@ Step = (
     | AnswerQueued
     | ForeignCancel
     | ReadExtensionErrors
+    | ReadRoutes
+    | CheckLive
 )
 
 
@@ -186,6 +208,8 @@ class ProducerCore:
         identity: this process's client id and reply list.
         table: the calls in flight.
         following: the duplicates (idempotency keys) waiting for their first call's outcome.
+        slots: the session-affinity slot queues met in routes (their liveness is read
+            with the catalog).
     """
 
     def __init__(
@@ -202,7 +226,7 @@ class ProducerCore:
         self.following = Following(config.namespace)
         self._on_follow = on_follow
         self.lengths = QueueLengths(config.settings.max_queue_length)
-        self.routes = Routes()
+        self.slots = SlotWatch()
 
     def slot_wait_s(self, deadline: float) -> float:
         """Seconds a call may wait for a slot: ``submit_timeout_s``, never past ``deadline``."""
@@ -224,8 +248,6 @@ class ProducerCore:
             ClientClosedError: the client is closed (the future is answered ``rejected``).
         """
         fire_requested(request)
-        if request.context.conversation:
-            future.add_done_callback(lambda done: learn_route(self.routes, request, done))
         try:
             self.table.add(request, future, sink, label=label)
         except RuntimeError:
@@ -315,11 +337,12 @@ class ProducerCore:
             refused = local_result(request, refusal.status, refusal.message)
             settle(future, fire_refused(refused, request.context))
             return
-        admitted = admit(request, catalog, self.config.settings, self.lengths, self.routes)
+        admitted = admit(request, catalog, self.config.settings, self.lengths)
         if isinstance(admitted, Refusal):
             refused = local_result(request, admitted.status, admitted.message)
             settle(future, fire_refused(refused, request.context))
             return
+        ((admitted, request),) = yield from self._route([(admitted, request)], catalog)
         if not (yield TakeSlot(None)):
             wait_s = self.slot_wait_s(request.deadline)
             if not (yield TakeSlot(wait_s)):
@@ -371,6 +394,7 @@ class ProducerCore:
                 catalog = catalog_refusal(exc, timeout_s)
         batch: list[tuple[int, str, ToolCallRequest]] = []
         keys: dict[str, Idempotency] = {}
+        admitted: list[tuple[TurnCall, tuple[str, ToolCallRequest]]] = []
         for call in turn.calls:
             prepared = prepare_turn_call(
                 call,
@@ -382,12 +406,15 @@ class ProducerCore:
                 catalog=catalog,
                 settings=self.config.settings,
                 lengths=self.lengths,
-                routes=self.routes,
             )
             if isinstance(prepared, ToolCallResult):
                 state.answer(call.index, fire_refused(prepared, ctx))
                 continue
-            queue_name, request = prepared
+            admitted.append((call, prepared))
+        if isinstance(catalog, Catalog):
+            places = yield from self._route([item for _, item in admitted], catalog)
+            admitted = [(call, place) for (call, _), place in zip(admitted, places, strict=True)]
+        for call, (queue_name, request) in admitted:
             if idempotency_key is not None:
                 keys[request.id] = self.idempotency(request, idempotency_key, call.index)  # type: ignore[assignment]
             if not (yield TakeSlot(None)):
@@ -499,6 +526,41 @@ class ProducerCore:
         ttl_s = self.config.settings.reply_ttl_s
         answered = yield AnswerQueued(queued_cancel(self.config.namespace, request, ttl_s))
         return bool(answered)
+
+    def _route(
+        self, items: list[tuple[str, ToolCallRequest]], catalog: Catalog
+    ) -> Generator[Step, Any, list[tuple[str, ToolCallRequest]]]:
+        """Where each admitted call goes: its conversation's route (session affinity) or its queue.
+
+        One ``ReadRoutes`` for the calls that carry a conversation to a tool with
+        affinity (none: no step at all), and one ``CheckLive`` for slot queues the
+        catalog has not read yet. When Redis fails here the calls go to their own queues
+        (their publish meets the same Redis).
+        """
+        ns = self.config.namespace
+        wanted = [
+            (i, key) for i, (_, r) in enumerate(items) if (key := route_key_of(r, catalog, ns))
+        ]
+        if not wanted:
+            return items
+        try:
+            raws = yield ReadRoutes([key for _, key in wanted], self.config.settings.affinity_ttl_s)
+        except REDIS_FAILURES as exc:
+            log.warning("could not read conversation routes: %s", exc)
+            return items
+        routes = {i: decode_route(raw) for (i, _), raw in zip(wanted, raws, strict=True)}
+        live = set(catalog.live_queues)
+        first_met = unchecked(routes.values(), catalog)
+        if first_met:
+            self.slots.add(first_met)
+            try:
+                counts = yield CheckLive(first_met)
+            except REDIS_FAILURES:
+                counts = [0] * len(first_met)
+            live |= {q for q, n in zip(first_met, counts, strict=True) if n}
+        return [
+            routed(request, routes.get(i), queue, live) for i, (queue, request) in enumerate(items)
+        ]
 
     def _publish_batch(
         self,
