@@ -134,3 +134,36 @@ def test_a_bad_key_is_misuse(once_fleet: Fleet, make: Callable[..., Either]) -> 
     for bad in ("", 5, "x" * 257):
         with pytest.raises(ClientError, match="idempotency_key"):
             client.call(RECORD, {"path": "/nonexistent/never"}, idempotency_key=bad)
+
+
+def test_the_gateway_takes_the_key_from_meta(once_fleet: Fleet, tmp_path: Path) -> None:
+    """tools/call with _meta toolfleet/idempotency_key: sent twice, the tool ran once and both
+    answers are its outcome; the key with other arguments is an isError naming the misuse."""
+    import os
+
+    import anyio
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    from conftest import toolfleet_command
+    from toolfleet.producer.mcp import IDEMPOTENCY_META_KEY
+
+    env = {**os.environ, "TOOLFLEET_REDIS_URL": once_fleet.redis_url,
+           "TOOLFLEET_NAMESPACE": once_fleet.namespace}  # fmt: skip
+    params = StdioServerParameters(command=toolfleet_command(), args=["mcp", "serve"], env=env)
+    path = tmp_path / "runs"
+    meta = {IDEMPOTENCY_META_KEY: f"mcp-{uuid.uuid4().hex[:8]}"}
+
+    async def scenario() -> list[object]:
+        async with Client(params, mode="legacy") as gateway:
+            answers = [await gateway.call_tool(RECORD, {"path": str(path)}, meta=meta)
+                       for _ in range(2)]  # fmt: skip
+            answers.append(
+                await gateway.call_tool(RECORD, {"path": str(path), "hold_s": 0.1}, meta=meta)
+            )
+            return answers
+
+    first, second, misuse = anyio.run(scenario)
+    (ran,) = _runs(path)
+    assert first.structured_content == second.structured_content == {"ran": ran}  # type: ignore[attr-defined]
+    assert misuse.is_error and "different call" in str(misuse.content)  # type: ignore[attr-defined]

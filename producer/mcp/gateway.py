@@ -127,9 +127,7 @@ class Gateway:
         self._listening: dict[str | None, int] = {}
         self._sessions: dict[str | None, ServerSession] = {}
         self._fingerprints: dict[str | None, str] = {}
-        self._connections: weakref.WeakKeyDictionary[ServerSession, str] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._connections: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
         self._watcher: asyncio.Task[None] | None = None
 
     def initialization_options(self) -> InitializationOptions:
@@ -299,12 +297,10 @@ class Gateway:
         if session and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             return f"mcp-session:{session}"
         if ctx.request is None:
-            try:
-                return self._connections.setdefault(
-                    ctx.session, f"mcp-connection:{uuid.uuid4().hex}"
-                )
-            except TypeError:  # pragma: no cover - a session object that takes no weak reference
-                return None
+            # the SDK builds a ServerSession per request; the connection under it is the
+            # stdio client's for its life (not public API: without it, this gateway's)
+            connection = getattr(ctx.session, "_connection", self)
+            return self._connections.setdefault(connection, f"mcp-connection:{uuid.uuid4().hex}")
         return None
 
     def _call_id(self, ctx: ServerRequestContext[Any, Any], caller: Caller) -> str | None:
