@@ -167,3 +167,18 @@ def test_the_gateway_takes_the_key_from_meta(once_fleet: Fleet, tmp_path: Path) 
     (ran,) = _runs(path)
     assert first.structured_content == second.structured_content == {"ran": ran}  # type: ignore[attr-defined]
     assert misuse.is_error and "different call" in str(misuse.content)  # type: ignore[attr-defined]
+
+
+def test_a_calls_fingerprint_is_its_function_and_arguments_canonically() -> None:
+    """The raw JSON string and the object are one call, key order aside; another function or
+    other arguments are another call; integers past 64 bits and non-JSON text still digest."""
+    from toolfleet.shared.idempotency import fingerprint
+
+    same = fingerprint("f", {"a": 1, "b": [1, 2]})
+    assert fingerprint("f", '{"b": [1, 2], "a": 1}') == same
+    assert fingerprint("f", {"b": [1, 2], "a": 1}) == same
+    assert fingerprint("g", {"a": 1, "b": [1, 2]}) != same
+    assert fingerprint("f", {"a": 2, "b": [1, 2]}) != same
+    assert fingerprint("f", {"a": 10**30}) != fingerprint("f", {"a": 10**30 + 1})
+    assert fingerprint("f", "not json") != fingerprint("f", None)
+    assert len(same) == 64

@@ -415,8 +415,9 @@ class ProducerCore:
             places = yield from self._route([item for _, item in admitted], catalog)
             admitted = [(call, place) for (call, _), place in zip(admitted, places, strict=True)]
         for call, (queue_name, request) in admitted:
-            if idempotency_key is not None:
-                keys[request.id] = self.idempotency(request, idempotency_key, call.index)  # type: ignore[assignment]
+            idempotency = self.idempotency(request, idempotency_key, call.index)
+            if idempotency is not None:
+                keys[request.id] = idempotency
             if not (yield TakeSlot(None)):
                 yield from self._publish_batch(state, batch, new_future, catalog, keys)
                 batch = []
