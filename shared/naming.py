@@ -28,11 +28,14 @@ Redis keys (``ns`` is the namespace, default ``toolfleet``)::
     <ns>:quota:inflight:<scope>  sorted set: a scope's calls in flight -> deadline (ms)
     <ns>:quota:rate:<scope>      a scope's rate counter (theoretical arrival time, ms)
     <ns>:breaker:<function>      hash: a tool's breaker state
+    <ns>:route:<digest>          a conversation's route to the process holding its session
+    <ns>:idempotency:<digest>    the call an idempotency key was first used for
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -65,6 +68,7 @@ __all__ = [
     "extension_switch",
     "function_name",
     "function_names",
+    "idempotency_key",
     "inflight_key",
     "is_extension_function",
     "lane_key",
@@ -78,6 +82,7 @@ __all__ = [
     "quota_key",
     "quota_rate_key",
     "reply_key",
+    "route_key",
     "sanitize_slug",
     "slot_lock_key",
     "slots_key",
@@ -421,3 +426,28 @@ def breaker_key(namespace: str, function: str) -> str:
 def concurrency_key(namespace: str, function: str) -> str:
     """The sorted set of ``function``'s held slots (holder -> lease end, epoch ms)."""
     return f"{namespace}:concurrency:{function}"
+
+
+def route_key(namespace: str, account: str | None, conversation: str, function: str) -> str:
+    """The route of one conversation's calls to ``function`` (a tool with session affinity).
+
+    ``<ns>:route:<digest>``, the digest a SHA-256 of ``[account, conversation, function]``
+    as JSON: conversation ids are each platform's own text (any characters, up to 256),
+    and the account is part of the key because they need not be unique across customers.
+    """
+    return f"{namespace}:route:{_digest([account, conversation, function])}"
+
+
+def idempotency_key(namespace: str, account: str | None, key: str, index: int | None = None) -> str:
+    """The record of the call an idempotency ``key`` of ``account`` was first used for.
+
+    ``<ns>:idempotency:<digest>``, the digest a SHA-256 of ``[account, key, index]`` as
+    JSON: ``index`` is the position of a call in a turn made under ``key`` (``None`` for
+    ``submit``/``call``), so a turn's calls and a single call never share a record.
+    """
+    return f"{namespace}:idempotency:{_digest([account, key, index])}"
+
+
+def _digest(parts: list[Any]) -> str:
+    text = json.dumps(parts, ensure_ascii=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("ascii")).hexdigest()

@@ -57,6 +57,9 @@ class Settings(BaseSettings):
         quota_per_s: calls per second an account may make when it has no quota of its
             own; ``None``: no limit.
         quota_burst: calls at once above ``quota_per_s`` (``None``: the rate rounded up).
+        affinity_ttl_s: seconds a conversation's route to the worker process holding its
+            session (session affinity) is kept after its last call
+            (:mod:`toolfleet.shared.affinity`); longer than a session lives idle.
     """
 
     model_config = SettingsConfigDict(env_prefix="TOOLFLEET_", extra="ignore")
@@ -87,6 +90,7 @@ class Settings(BaseSettings):
     quota_in_flight: int | None = Field(default=None, ge=1)
     quota_per_s: float | None = Field(default=None, gt=0)
     quota_burst: int | None = Field(default=None, ge=1)
+    affinity_ttl_s: int = Field(default=3600, ge=1)
 
     def extension_folders(self) -> list[Path]:
         """``extension_paths`` split on ``os.pathsep`` (``:`` on Linux), empty parts dropped."""

@@ -54,6 +54,9 @@ class ExtensionContext:
             or ``None`` when it declares none.
         canceled: becomes true when the call is canceled or timed out (a thread tool
             should check it in long loops).
+        session_lost: for a tool with session affinity, why the conversation's earlier
+            state is not in this process (the process that held it is gone), to tell the
+            model; ``None`` otherwise (:mod:`toolfleet.shared.affinity`).
     """
 
     call_id: str
@@ -68,6 +71,7 @@ class ExtensionContext:
     conversation: str | None = None
     traceparent: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    session_lost: str | None = None
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("toolfleet.tool"))
     settings: Any = None
     switches: Callable[[str], bool] = field(default=lambda name: True, repr=False)

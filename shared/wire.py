@@ -158,6 +158,9 @@ class ToolCallRequest(BaseModel):
         schema_hash: the schema hash the caller's model was shown
             (:func:`toolfleet.shared.catalog_life.schema_hash`); a worker whose tool has
             another schema refuses the call before running it. ``None``: not pinned.
+        session_holder: for a conversation's call to a tool with session affinity, the
+            worker process (``host:pid``) its route names as holding the session, when
+            the producer read one (:mod:`toolfleet.shared.affinity`).
 
     Bounds (:mod:`toolfleet.shared.limits`): ``id`` at most ``MAX_ID_CHARS`` (128)
     characters, ``tool_call_id`` and ``function`` at most ``MAX_NAME_CHARS`` (256),
@@ -180,6 +183,7 @@ class ToolCallRequest(BaseModel):
     events: bool = False
     identity: NameText | None = None
     schema_hash: NameText | None = None
+    session_holder: NameText | None = None
 
     def arguments_size(self) -> int:
         """Bytes ``arguments`` take on the wire (0 for none).
@@ -228,6 +232,9 @@ class ToolCallResult(BaseModel):
         route: for a tool with session affinity, the queue the conversation's next
             calls should go to (only the worker slot holding its state consumes it);
             see :mod:`toolfleet.producer.affinity`.
+        duplicate_of: for a call submitted again under an idempotency key, the id of the
+            call the key was first used for, whose outcome this is (nothing ran for this
+            one); see :mod:`toolfleet.shared.idempotency`.
     """
 
     model_config = ConfigDict(extra="ignore")
@@ -242,6 +249,7 @@ class ToolCallResult(BaseModel):
     worker: str | None = None
     description: str | None = None
     route: str | None = None
+    duplicate_of: str | None = None
 
     @property
     def ok(self) -> bool:

@@ -33,6 +33,8 @@ class ClientBase(ABC):
 
     #: the shell's reply listener (``mark_soon``, ``rearm``)
     _listener: Any
+    #: the shell's poller of the outcomes duplicates wait for (``wake``)
+    _follower: Any
 
     def __init__(
         self,
@@ -73,7 +75,8 @@ class ClientBase(ABC):
         self._slots = slots
         self._core = ProducerCore(self._config, slots.release,
                                   lambda call_id: self._listener.mark_soon(call_id),
-                                  lambda: self._listener.rearm())  # fmt: skip
+                                  lambda: self._listener.rearm(),
+                                  lambda: self._follower.wake())  # fmt: skip
         self.client_id = self._core.identity.client_id
         self.reply_to = self._core.identity.reply_to
 
@@ -88,9 +91,13 @@ class ClientBase(ABC):
                              schema_hash=schema_hash)  # fmt: skip
 
     def _starter(self, tool_calls: Any, options: dict[str, Any]) -> Callable[[Any], Any]:
-        """What a turn's stream calls to publish it (``options``: ``context``, ``timeout_s``)."""
+        """What a turn's stream calls to publish it.
+
+        ``options``: ``context``, ``timeout_s``, ``idempotency_key``.
+        """
         context, timeout_s = options.get("context"), options.get("timeout_s", 30.0)
-        return lambda emit: self._start_turn(tool_calls, context, timeout_s, emit)  # type: ignore[attr-defined]
+        key = options.get("idempotency_key")
+        return lambda emit: self._start_turn(tool_calls, context, timeout_s, emit, key)  # type: ignore[attr-defined]
 
     @abstractmethod
     def _live(self) -> None:
@@ -106,7 +113,8 @@ class ClientBase(ABC):
     @abstractmethod
     def submit(self, function: str, arguments: Arguments = None, *,
                tool_call_id: str | None = None, context: CallContext | dict[str, Any] | None = None,
-               timeout_s: float = 30.0, schema_hash: str | None = None) -> Any:  # fmt: skip
+               timeout_s: float = 30.0, schema_hash: str | None = None,
+               idempotency_key: str | None = None) -> Any:  # fmt: skip
         """Publish one call; its future resolves by ``timeout_s`` at the latest.
 
         ``function``: e.g. ``ext_bfcl_math_factorial``; ``arguments``: a JSON object or the
@@ -115,13 +123,18 @@ class ClientBase(ABC):
         to the deadline; ``schema_hash``: the schema hash the model was shown (the exported
         tool's ``toolfleet/schema_hash`` metadata, see ``tools(metadata=True)``): a worker
         whose tool's schema differs answers ``not_available`` ("the tool changed since it
-        was listed: list tools again") without running it. Returns a ``CallFuture``
-        (``ToolClient``) or an ``AsyncCallFuture`` (awaited, from ``AsyncToolClient``);
-        ``future.call_id`` is what :meth:`cancel` takes.
+        was listed: list tools again") without running it; ``idempotency_key``: names the
+        call, so that submitting it again (same key and account) within ``reply_ttl_s``
+        after its deadline runs nothing and resolves with the first call's outcome
+        (``result.duplicate_of`` names it; see :mod:`toolfleet.shared.idempotency`).
+        Returns a ``CallFuture`` (``ToolClient``) or an ``AsyncCallFuture`` (awaited, from
+        ``AsyncToolClient``); ``future.call_id`` is what :meth:`cancel` takes.
 
         Raises:
             ClientClosedError: the client is closed.
             BackpressureError: no in-flight slot within ``submit_timeout_s``.
+            IdempotencyKeyError: ``idempotency_key`` was used for another function or other
+                arguments (nothing was published).
             ClientError: bad arguments to this method.
         """
 
@@ -132,7 +145,7 @@ class ClientBase(ABC):
     @abstractmethod
     def dispatch(self, tool_calls: Any, *, context: CallContext | dict[str, Any] | None = None,
                  timeout_s: float = 30.0, on_event: Callable[[Any], object] | None = None,
-                 ) -> Any:  # fmt: skip
+                 idempotency_key: str | None = None) -> Any:  # fmt: skip
         """Run every tool call of one model turn; return the answers to append, in order.
 
         ``tool_calls``: a Chat Completions, Responses or Anthropic message, its calls or
@@ -140,9 +153,13 @@ class ClientBase(ABC):
         call in that format. All are published at once under one deadline ``timeout_s``
         away (still running then: ``timeout``). ``on_event`` gets each ``CallEvent`` on the
         caller's thread (or loop); if it raises, the calls still running are canceled.
+        ``idempotency_key``: as for :meth:`submit`, for each call of the turn by its
+        position (the same turn again is answered with the first turn's outcomes).
 
         Raises:
             ClientClosedError: the client is closed.
+            IdempotencyKeyError: ``idempotency_key`` was used for a different turn (raised
+                once every call of this one is answered).
             ClientError: ``tool_calls`` is no known format, or a bad context or timeout.
         """
 
@@ -154,7 +171,8 @@ class ClientBase(ABC):
         yields per call ``queued`` → ``running`` → ``progress``… → ``result``; it ends after
         the last ``result``, by the deadline at the latest, and ``events.messages`` holds
         what :meth:`dispatch` returns. Leaving the block early cancels the calls still
-        running. ``options``: ``context``, ``timeout_s`` (as for :meth:`dispatch`).
+        running. ``options``: ``context``, ``timeout_s``, ``idempotency_key`` (as for
+        :meth:`dispatch`).
         """
 
     @abstractmethod

@@ -17,14 +17,13 @@ import redis
 from pydantic import ValidationError
 
 from toolfleet.producer._redis import DeadlinePassed
-from toolfleet.producer.affinity import Routes
 from toolfleet.producer.backpressure import QueueLengths
 from toolfleet.producer.catalog import Catalog
 from toolfleet.producer.turns import TurnCall
 from toolfleet.shared import codec
 from toolfleet.shared.catalog import Refusal
 from toolfleet.shared.errors import ClientError
-from toolfleet.shared.limits import MAX_DEPTH, timeout_problem
+from toolfleet.shared.limits import MAX_DEPTH, MAX_NAME_CHARS, timeout_problem
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.wire import (
     CallContext,
@@ -42,6 +41,7 @@ __all__ = [
     "arguments_size",
     "build_request",
     "catalog_refusal",
+    "check_idempotency_key",
     "check_timeout",
     "local_result",
     "make_context",
@@ -72,6 +72,19 @@ def check_timeout(timeout_s: Any) -> float:
     if problem:
         raise ClientError(problem)
     return float(timeout_s)
+
+
+def check_idempotency_key(key: Any) -> str:
+    """``key`` as an idempotency key (:mod:`toolfleet.shared.idempotency`).
+
+    Raises:
+        ClientError: not a non-empty string of at most ``MAX_NAME_CHARS`` (256) characters.
+    """
+    if not isinstance(key, str) or not key or len(key) > MAX_NAME_CHARS:
+        raise ClientError(
+            f"idempotency_key must be a non-empty string of at most {MAX_NAME_CHARS} characters"
+        )
+    return key
 
 
 def make_context(context: CallContext | dict[str, Any] | None) -> CallContext:
@@ -201,14 +214,13 @@ def admit(
     catalog: Catalog,
     settings: Settings,
     lengths: QueueLengths,
-    routes: Routes | None = None,
 ) -> str | Refusal:
     """The queue to publish ``request`` on, or why the producer answers it itself.
 
     Checks, in order: argument size, a catalog entry, a live worker (and enabled,
     switched on, available to the account), then room in the queue (which reserves one
     message of it in ``lengths``). A conversation's call to a tool with session
-    affinity goes to the route its last result named while it is live (``routes``).
+    affinity may then go to its route instead (:mod:`toolfleet.producer.affinity`).
     An admitted request is given the identity of the tool the catalog lists its name as
     (``request.identity``), so that no worker serving another tool under that name runs it.
 
@@ -237,7 +249,7 @@ def admit(
             "(TOOLFLEET_MAX_QUEUE_LENGTH): the fleet is overloaded, try again later"
         )
         return Refusal(Status.REJECTED, message)
-    return routes.route(request, catalog, queue) if routes is not None else queue
+    return queue
 
 
 def local_result(request: ToolCallRequest, status: Status, message: str) -> ToolCallResult:
@@ -303,7 +315,6 @@ def prepare_turn_call(
     catalog: Catalog | Refusal,
     settings: Settings,
     lengths: QueueLengths,
-    routes: Routes | None = None,
 ) -> ToolCallResult | tuple[str, ToolCallRequest]:
     """A turn's call, ready to publish as ``(queue, request)``, or answered at once.
 
@@ -318,7 +329,6 @@ def prepare_turn_call(
             read (:func:`catalog_refusal`).
         settings: the client's settings.
         lengths: the queue-length accounting.
-        routes: the client's session-affinity routes.
     """
     if call.problem:
         return ToolCallResult(
@@ -352,7 +362,7 @@ def prepare_turn_call(
     if isinstance(catalog, Refusal):
         return local_result(request, catalog.status, catalog.message)
     try:
-        admitted = admit(request, catalog, settings, lengths, routes)
+        admitted = admit(request, catalog, settings, lengths)
     except ClientError as exc:
         return local_result(request, Status.REJECTED, str(exc))
     if isinstance(admitted, Refusal):

@@ -21,6 +21,7 @@ from toolfleet.worker.pipeline.calls import CallPipeline
 from toolfleet.worker.pipeline.ledger import InlineAck, Ledger, Posted
 from toolfleet.worker.pipeline.observe import Observer
 from toolfleet.worker.pipeline.replies import post_rejection
+from toolfleet.worker.pipeline.routes import RouteRecorder
 from toolfleet.worker.pipeline.surrogates import has_lone_surrogate, replace_lone_surrogates
 from toolfleet.worker.supervision.logs import call_scope
 
@@ -49,15 +50,24 @@ class MessageHandler:
         pipeline: decides each status and runs the calls.
         ledger: claims, outcomes and replies.
         observer: metrics, signals and events of each call.
+        routes: records conversation routes before their reply (session affinity;
+            ``None``: this process serves no tool with affinity).
     """
 
     #: Times one process hands one call back to its queue, at most.
     MAX_HAND_BACKS = 8
 
-    def __init__(self, pipeline: CallPipeline, ledger: Ledger, observer: Observer) -> None:
+    def __init__(
+        self,
+        pipeline: CallPipeline,
+        ledger: Ledger,
+        observer: Observer,
+        routes: RouteRecorder | None = None,
+    ) -> None:
         self.pipeline = pipeline
         self.ledger = ledger
         self.observer = observer
+        self.routes = routes
         self._active: set[str] = set()
         self._active_lock = threading.Lock()
         self._handed_back: dict[str, int] = {}
@@ -236,6 +246,8 @@ class MessageHandler:
         tracing.record_status(result.status)
         responded = self.observer.responded(request, result, queue, requested is not None)
         events = [stream_event(responded, requested)]
+        if self.routes is not None and result.route:
+            self.routes.record(request, result)  # before the reply: the next call finds it
         try:
             posted = self.ledger.finish(request, result, events, ack)
         except codec.EncodeError as exc:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from toolfleet.shared import codec
+from toolfleet.shared.affinity import session_lost_reason
 from toolfleet.shared.catalog import Refusal, governing_switches, refusal
 from toolfleet.shared.catalog_life import contested_message, pin_refusal
 from toolfleet.shared.errors import InvalidArgumentsError, ToolCallError
@@ -379,7 +380,7 @@ class CallPipeline:
         while True:
             limit_s = min(served.timeout_s, request.deadline - time.time() + DEADLINE_GRACE_S)
             context = self.registry.context(
-                served, _plain_fields(request), self._progress_sink(request)
+                served, _plain_fields(request, self.worker_id), self._progress_sink(request)
             )
             handle.on_cancel(context.canceled_event.set)
             outcome = self._run(served, arguments, context, limit_s, handle)
@@ -496,8 +497,8 @@ class CallPipeline:
         )
 
 
-def _plain_fields(request: ToolCallRequest) -> dict[str, Any]:
-    """The plain context fields of ``request`` (the extension adds its slug and version)."""
+def _plain_fields(request: ToolCallRequest, worker_id: str) -> dict[str, Any]:
+    """The plain context fields of ``request`` in process ``worker_id`` (plus slug, version)."""
     ctx = request.context
     return {
         "call_id": request.id,
@@ -510,4 +511,5 @@ def _plain_fields(request: ToolCallRequest) -> dict[str, Any]:
         "conversation": ctx.conversation,
         "traceparent": ctx.traceparent,
         "metadata": dict(ctx.metadata),
+        "session_lost": session_lost_reason(request.session_holder, worker_id),
     }

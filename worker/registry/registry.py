@@ -41,7 +41,7 @@ _CLASH = "%s clashes with another extension's tool: served as %s"
 #: ExtensionContext fields that are plain values (they travel to a child process as such).
 PLAIN_CONTEXT_FIELDS = (
     "call_id", "function", "slug", "version", "deadline", "tool_call_id", "account", "user",
-    "llmclient", "conversation", "traceparent", "metadata",
+    "llmclient", "conversation", "traceparent", "metadata", "session_lost",
 )  # fmt: skip
 
 

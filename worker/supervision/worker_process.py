@@ -31,6 +31,7 @@ from toolfleet.worker.pipeline.cancels import CancelListener
 from toolfleet.worker.pipeline.ledger import Ledger
 from toolfleet.worker.pipeline.observe import Observer
 from toolfleet.worker.pipeline.replies import post_rejection
+from toolfleet.worker.pipeline.routes import RouteRecorder
 from toolfleet.worker.registry.loader import load_all
 from toolfleet.worker.registry.redaction import Redactor
 from toolfleet.worker.registry.registry import Registry
@@ -156,7 +157,12 @@ def main(argv: list[str] | None = None) -> int:
         ),
     )
     routes = {private: public for public, private in affinity_routes.items()}
-    handler = MessageHandler(pipeline, ledger, Observer(registry, worker_id))
+    recorder = (
+        RouteRecorder(broker.client, settings.namespace, worker_id, settings.affinity_ttl_s)
+        if routes
+        else None
+    )
+    handler = MessageHandler(pipeline, ledger, Observer(registry, worker_id), recorder)
     declare_actors(broker, handler, queues, private=routes)
     broker.client.hset(brokers_key(settings.namespace), worker_id, broker.broker_id)
     janitor = (
