@@ -194,3 +194,36 @@ def test_demo_stopped_by_a_signal_leaves_nothing_behind(signum: int) -> None:
         time.sleep(0.1)
     assert not all_gone(workers, within_s=max(0.0, deadline - time.monotonic()))
     assert not own_redis & _redis_server_pids()
+
+
+def test_tools_with_no_worker_prints_an_empty_list_and_says_why_on_stderr(
+    redis_url: str, namespace: str
+) -> None:
+    """With no worker, `toolfleet tools` prints `[]` alone on stdout (still JSON) and a line
+    on stderr saying that no worker has published tools, or that the catalogued ones have no
+    live worker (pointing to --all)."""
+    import redis
+
+    from toolfleet.shared import codec
+    from toolfleet.shared.naming import catalog_key
+
+    ns = f"{namespace}-notools-{uuid.uuid4().hex[:6]}"
+    env = {"TOOLFLEET_REDIS_URL": redis_url, "TOOLFLEET_NAMESPACE": ns}
+    empty = _run(["tools"], **env)
+    assert empty.returncode == 0, empty.stderr
+    assert json.loads(empty.stdout) == []
+    assert "no worker has published any" in empty.stderr and "toolfleet worker" in empty.stderr
+    assert repr(ns) in empty.stderr
+    client = redis.Redis.from_url(redis_url)
+    try:
+        entry = {"name": "ext_gone_f", "description": "x", "parameters": {}, "queue": "tools.gone"}
+        client.hset(catalog_key(ns), "ext_gone_f", codec.dumps(entry))  # no worker serves it
+        unserved = _run(["tools"], **env)
+        assert json.loads(unserved.stdout) == [], unserved.stdout
+        assert "1 catalogued" in unserved.stderr and "--all" in unserved.stderr, unserved.stderr
+        listed = _run(["tools", "--all"], **env)
+        assert [t["function"]["name"] for t in json.loads(listed.stdout)] == ["ext_gone_f"]
+        assert listed.stderr == ""
+    finally:
+        client.delete(catalog_key(ns))
+        client.close()

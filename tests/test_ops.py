@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -106,8 +108,8 @@ def test_livez_and_readyz_pass_on_a_healthy_fleet_and_metrics_still_serve(
 ) -> None:
     """/livez and /readyz answer 200 with health's reason; /metrics is unchanged beside them."""
     port = probe_fleet.metrics_port  # type: ignore[attr-defined]
-    assert _probe(port, "/livez") == (200, "1 worker processes healthy\n")
-    assert _probe(port, "/readyz") == (200, "1 worker processes healthy, Redis reachable\n")
+    assert _probe(port, "/livez") == (200, "1 worker process healthy\n")
+    assert _probe(port, "/readyz") == (200, "1 worker process healthy, Redis reachable\n")
     status, body = _probe(port, "/metrics")
     assert status == 200 and "toolfleet_worker_up" in body
     assert "toolfleet_queue_depth" not in body, "fleet-wide gauges come from the exporter only"
@@ -124,7 +126,7 @@ def test_livez_fails_while_a_tool_blocks_its_thread_and_recovers(probe_fleet: Fl
         while time.monotonic() < deadline and failed[0] != 503:
             failed = _probe(port, "/livez")
             time.sleep(0.3)
-        assert failed[0] == 503 and "have not been healthy" in failed[1], failed
+        assert failed[0] == 503 and "has not been healthy" in failed[1], failed
         assert _probe(port, "/readyz")[0] == 503
         future.result()
     deadline = time.monotonic() + 15
@@ -200,6 +202,45 @@ def test_top_busy_counts_only_running_time_and_fits_80_columns(probe_fleet: Flee
     assert rows[F + "add"][1] == "0.00", rows
     assert "invalid_arguments: 5" in rows[F + "add"][4], rows
     assert 0.09 <= float(rows[F + "slow"][1]) <= 0.2, rows
+
+
+def test_top_without_a_terminal_prints_plain_frames_while_it_runs(probe_fleet: Fleet) -> None:
+    """`toolfleet top` writing to a pipe prints each frame whole as it goes, after a line with
+    its time and without terminal control codes, and exits 0 on Ctrl-C."""
+    env = {
+        **os.environ,
+        "TOOLFLEET_REDIS_URL": probe_fleet.redis_url,
+        "TOOLFLEET_NAMESPACE": probe_fleet.namespace,
+    }
+    argv = [toolfleet_command(), "top", "--interval", "0.2"]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert process.stdout is not None
+    lines: list[str] = []
+    reader = threading.Thread(
+        target=lambda: lines.extend(line.decode() for line in process.stdout or ()), daemon=True
+    )
+    reader.start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and _headers(lines) < 3:
+            time.sleep(0.1)
+        assert _headers(lines) >= 3 and process.poll() is None, "".join(lines)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    reader.join(timeout=10)
+    text = "".join(lines)
+    assert "\x1b" not in text, text
+    frames = text.split("toolfleet top at ")[1:]
+    assert all(" UTC\n" in frame and "queues" in frame and "workers" in frame for frame in frames)
+    assert all("tools.fleet-test" in frame for frame in frames), text
+
+
+def _headers(lines: list[str]) -> int:
+    return sum(1 for line in list(lines) if line.startswith("toolfleet top at "))
 
 
 def test_producer_metrics_register_in_the_host_registry(probe_fleet: Fleet) -> None:
