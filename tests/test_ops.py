@@ -75,6 +75,32 @@ def test_two_fleets_on_one_host_keep_private_metrics_folders(
     assert list(tmp.iterdir()) == []
 
 
+def test_a_second_worker_on_a_taken_metrics_port_warns_once_and_serves(
+    redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """A worker whose /metrics port is taken (another worker on the host holds it) logs one
+    WARNING line naming the port and TOOLFLEET_METRICS_PORT, no ERROR, and serves calls."""
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 0))
+        holder.listen()
+        port = int(holder.getsockname()[1])
+        ns = f"{namespace}-port-{uuid.uuid4().hex[:6]}"
+        log = tmp_path / "worker.log"
+        fleet = start_fleet(
+            redis_url, ns, log, processes=1, env={"TOOLFLEET_METRICS_PORT": str(port)}
+        )
+        try:
+            with ToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
+                assert client.call(F + "add", {"a": 1, "b": 2}, timeout_s=20).content == 3
+        finally:
+            fleet.stop()
+    lines = log.read_text().splitlines()
+    assert not [line for line in lines if " ERROR " in line], lines
+    taken = [line for line in lines if f"port {port} is taken" in line]
+    assert len(taken) == 1 and " WARNING " in taken[0], lines
+    assert "TOOLFLEET_METRICS_PORT" in taken[0]
+
+
 def _probe(port: int, path: str) -> tuple[int, str]:
     """Status code and body of ``GET path`` on a supervisor's HTTP server."""
     try:
