@@ -142,6 +142,29 @@ def test_demo_on_embedded_redis_prints_table_and_leaves_nothing_behind() -> None
     assert not own_redis & _redis_server_pids()
 
 
+def test_demo_without_bubblewrap_says_so_in_one_warning_line(tmp_path: Path) -> None:
+    """On a host without `bwrap`, `toolfleet demo` (2 worker processes) still passes, and
+    says once, as a warning and not an error, that the python tool is not served and why."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
+    env["TOOLFLEET_NAMESPACE"] = f"tfdemo-{uuid.uuid4().hex[:8]}"
+    env["PATH"] = str(tmp_path)  # an empty folder: no bwrap to be found
+    out = subprocess.run(
+        [toolfleet_command(), "demo"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    assert "mismatched" in text
+    about = [line for line in text.splitlines() if "bubblewrap" in line]
+    assert len(about) == 1, text
+    assert " WARNING " in about[0] and "python" in about[0] and "not served" in about[0]
+    assert " ERROR " not in text, text
+
+
 def test_demo_replays_bfcl_exec_files() -> None:
     """All offline BFCL exec calls come back correct, network calls unknown_function."""
     files = [bfcl_file(f"BFCL_v3_exec_{c}.json") for c in ("simple", "multiple", "parallel")]

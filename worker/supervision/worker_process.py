@@ -87,7 +87,13 @@ def main(argv: list[str] | None = None) -> int:
     _install_signal_handlers(stop)
     _watch_parent(stop)
 
-    registry = Registry(settings.namespace, secrets_dir=settings.secrets_dir, redactor=redactor)
+    registry = Registry(
+        settings.namespace,
+        secrets_dir=settings.secrets_dir,
+        redactor=redactor,
+        # "not served on this host" is the same in every process: the first one says it
+        unservable_log_level=logging.WARNING if args.index == 0 else logging.DEBUG,
+    )
     loaded, errors = load_all(
         args.extension,
         folders=settings.extension_folders(),
