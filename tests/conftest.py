@@ -81,6 +81,13 @@ def unavailable(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
+def default_sigint() -> None:
+    """``preexec_fn`` of a child a test stops with SIGINT (a Ctrl-C): SIGINT at its default in
+    the child even when the test run inherited it ignored, as every background job of a
+    non-interactive shell (``pytest ... &`` in a script) does, and its children after it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def sandbox_reason(config: Any = None) -> str | None:
     """Why the python tool's bubblewrap sandbox cannot start on this host for ``config`` (a
     ``PythonToolConfig``; the default one when ``None``), or ``None`` when it can."""

@@ -17,7 +17,7 @@ from typing import IO
 import pytest
 import redis
 
-from conftest import TESTS, toolfleet_command
+from conftest import TESTS, default_sigint, toolfleet_command
 from private_redis import Server, free_port, start_server
 from toolfleet.shared.naming import events_key
 
@@ -291,6 +291,7 @@ def _spawn(args: list[str], url: str, namespace: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         env=_env(),
+        preexec_fn=default_sigint,
     )
 
 
@@ -361,6 +362,7 @@ def test_ctrl_c_while_the_demo_stops_is_quiet() -> None:
         stderr=subprocess.STDOUT,
         text=True,
         env=_env(TOOLFLEET_NAMESPACE=namespace),
+        preexec_fn=default_sigint,
     )
     assert process.stdout is not None
     seen: list[str] = []

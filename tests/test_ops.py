@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import Fleet, start_fleet, toolfleet_command
+from conftest import Fleet, default_sigint, start_fleet, toolfleet_command
 from toolfleet.producer import ToolClient
 
 F = "ext_fleet_test_"
@@ -239,7 +239,9 @@ def test_top_without_a_terminal_prints_plain_frames_while_it_runs(probe_fleet: F
         "TOOLFLEET_NAMESPACE": probe_fleet.namespace,
     }
     argv = [toolfleet_command(), "top", "--interval", "0.2"]
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    process = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, preexec_fn=default_sigint
+    )
     assert process.stdout is not None
     lines: list[str] = []
     reader = threading.Thread(
