@@ -7,10 +7,13 @@ import statistics
 import sys
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import click
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Column, Table
@@ -35,6 +38,16 @@ console = Console()
 
 #: Seconds of events ``top`` summarises per function.
 WINDOW_S = 60.0
+
+
+def _watching_client(ctx: click.Context) -> redis.Redis:
+    """A client for a command that rides out outages itself (:class:`Outage`).
+
+    redis-py's own retries are off: they would spend seconds (ten attempts, backing off to
+    1 s) inside one command before the command's loop hears of the outage, reports it, or
+    sees Redis back.
+    """
+    return ctx.obj.redis(socket_timeout=5, retry=Retry(NoBackoff(), 0))  # type: ignore[no-any-return]
 
 
 def _recent_events(client: redis.Redis, namespace: str, window_s: float) -> list[dict[str, Any]]:
@@ -143,29 +156,55 @@ def _quantile(values: list[float], q: float) -> float:
 )
 @click.pass_context
 def top(ctx: click.Context, once: bool, interval: float) -> None:
-    """A live view of queues, workers and per-function calls/s, latency and errors."""
-    client: redis.Redis = ctx.obj.redis(socket_timeout=5)
+    """A live view of queues, workers and per-function calls/s, latency and errors.
+
+    On a terminal the view is redrawn in place; to a pipe or a file (``toolfleet top |
+    tee``, a log), each frame is printed whole, after a line with its UTC time.
+    """
+    client = _watching_client(ctx)
     namespace = ctx.obj.settings.namespace
     ttl_s = ctx.obj.settings.worker_ttl_s
     if once:
         console.print(render_top(client, namespace, worker_ttl_s=ttl_s))
         return
     outage = Outage(ctx.obj.settings.redis_url)
-    with Live(
-        render_top(client, namespace, worker_ttl_s=ttl_s), console=console, refresh_per_second=4
-    ) as live:
+    first = render_top(client, namespace, worker_ttl_s=ttl_s)
+    try:
+        if console.is_terminal:
+            with Live(first, console=console, refresh_per_second=4) as live:
+                _follow(client, namespace, interval, outage, live.update, ttl_s)
+        else:
+            _print_frame(first)
+            _follow(client, namespace, interval, outage, _print_frame, ttl_s)
+    except KeyboardInterrupt:
+        pass
+
+
+def _print_frame(frame: Group) -> None:
+    """Print ``frame`` whole, after a line with the time (``top`` without a terminal)."""
+    console.print(time.strftime("toolfleet top at %Y-%m-%d %H:%M:%S UTC", time.gmtime()))
+    console.print(frame)
+    console.file.flush()
+
+
+def _follow(
+    client: redis.Redis,
+    namespace: str,
+    interval_s: float,
+    outage: Outage,
+    show: Callable[[Group], None],
+    worker_ttl_s: float,
+) -> None:
+    """Render a frame every ``interval_s`` seconds and ``show`` it, riding out outages."""
+    while True:
+        time.sleep(interval_s)
         try:
-            while True:
-                time.sleep(interval)
-                try:
-                    frame = render_top(client, namespace, worker_ttl_s=ttl_s)
-                except (redis.ConnectionError, redis.TimeoutError) as exc:
-                    time.sleep(outage.failed(exc))
-                    continue
-                outage.recovered()
-                live.update(frame)
-        except KeyboardInterrupt:
-            pass
+            frame = render_top(client, namespace, worker_ttl_s=worker_ttl_s)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            time.sleep(outage.failed(exc))
+            continue
+        outage.recovered()
+        show(frame)
 
 
 @click.command()
@@ -176,7 +215,7 @@ def top(ctx: click.Context, once: bool, interval: float) -> None:
 @click.pass_context
 def events(ctx: click.Context, count: int, from_start: bool) -> None:
     """Tail the lifecycle events stream as JSON lines."""
-    client: redis.Redis = ctx.obj.redis(socket_timeout=5)
+    client = _watching_client(ctx)
     key = events_key(ctx.obj.settings.namespace)
     outage = Outage(ctx.obj.settings.redis_url)
     last = "0-0" if from_start else "$"

@@ -6,6 +6,7 @@ are served once per fleet by ``toolfleet exporter`` (:mod:`toolfleet.worker.supe
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -236,6 +237,14 @@ class _QuietHandler(WSGIRequestHandler):
         """Probes and scrapes are not logged."""
 
 
+#: The one line a supervisor logs when its ``/metrics`` port is taken.
+_PORT_TAKEN = (
+    "port %d is taken (by another toolfleet worker on this host?): this worker serves calls, "
+    "but not /metrics, /livez or /readyz; give each worker on a host its own "
+    "TOOLFLEET_METRICS_PORT (0 turns them off)"
+)
+
+
 def listen(port: int, app: WSGIApplication) -> WSGIServer:
     """A threading WSGI server for ``app`` on ``port``, all interfaces, not yet serving.
 
@@ -255,7 +264,9 @@ def serve_metrics(
     :class:`~toolfleet.worker.supervision.collector_guard.GuardedRegistry`: a file that
     cannot be read, or a sample whose labels cannot be exposed (one written by an older
     version with a wire string as its label), is counted and left out, never a 500.
-    Returns the registry (served unless ``port`` is 0), or None when the port is busy.
+    Returns the registry (served unless ``port`` is 0), or None when the port cannot be
+    bound: taken (one warning line; another worker on this host holds it, most often) or
+    refused (an error line). The worker serves calls either way.
     ``probes`` maps paths such as ``/livez`` to checks (:func:`probe_app`).
     """
     registry = GuardedRegistry()
@@ -265,7 +276,10 @@ def serve_metrics(
         try:
             server = listen(port, app)
         except OSError as exc:
-            log.error("cannot serve /metrics on port %d: %s", port, exc)
+            if exc.errno != errno.EADDRINUSE:
+                log.error("cannot serve /metrics on port %d: %s", port, exc)
+            else:  # a second worker on a laptop, most often: it serves, unobserved
+                log.warning(_PORT_TAKEN, port)
             return None
         threading.Thread(target=server.serve_forever, daemon=True, name="metrics").start()
     return registry
