@@ -1,116 +1,109 @@
 """Session affinity: a conversation's next calls go to the worker process that holds its state.
 
 Some tools keep state in the worker process that served a conversation (the ``python``
-tool's interpreter holds the model's variables). Their catalog entry says
-``"affinity": "conversation"``. The worker that serves such a call names, in the
-result's ``route``, a queue only that worker slot consumes (``<queue>.slot.<slot>``,
-see :func:`toolfleet.shared.naming.affinity_queue_for`). :class:`Routes` remembers it
-per account and conversation, and :meth:`Routes.route` sends the conversation's next
-calls there while a live worker serves that queue (its heartbeats are read with the
-catalog, :meth:`Routes.queues`). When none does (the process stopped, its pod went
-away), the call goes to the tool's own queue and any worker takes it: it starts fresh
-state and says so (the ``python`` tool notes a fresh interpreter). A supervised process
-that dies is replaced in the same slot, and its replacement serves the slot's queue, so
-calls already routed there are answered, not stranded.
+tool's interpreter holds the model's variables); their catalog entry says
+``"affinity": "conversation"``. The worker that serves such a call records the
+conversation's route in Redis (:mod:`toolfleet.shared.affinity`): the queue only its
+slot consumes and its own id. Every producer process, and the MCP gateway, read it
+before publishing the conversation's next call, one ``GETEX`` (which also keeps the
+route ``affinity_ttl_s`` longer) per call that carries a conversation and calls a tool
+with affinity; no other call pays anything.
 
-Calls without ``context.conversation`` are never routed. The memory is a bounded LRU
-(:data:`MAX_CONVERSATIONS`); thread-safe.
+The call goes to the route's queue while a live worker serves it (the slot's heartbeats,
+read with the catalog: :class:`SlotWatch` lists the slot queues this process has met,
+and a slot met for the first time is checked at once, one ``ZCOUNT``). When none does
+(the process stopped, its pod went away), the call goes to the tool's own queue and any
+worker takes it. Either way the request names the process the route named
+(``session_holder``): a process that is not it, the replacement of a process that died
+in the same slot included, starts fresh state and says why (the ``python`` tool notes a
+fresh interpreter whose predecessor's process is gone).
+
+Calls without ``context.conversation`` are never routed.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import Any
 
 from toolfleet.producer.catalog import Catalog
-from toolfleet.shared.wire import ToolCallRequest, ToolCallResult
+from toolfleet.shared.affinity import Route
+from toolfleet.shared.naming import route_key
+from toolfleet.shared.wire import ToolCallRequest
 
-__all__ = ["MAX_CONVERSATIONS", "Routes", "learn_route"]
+__all__ = ["MAX_SLOTS", "SlotWatch", "route_key_of", "routed", "unchecked"]
 
-#: Conversations whose route one client remembers (least recently used forgotten first).
-MAX_CONVERSATIONS = 10_000
-
-_Key = tuple[str | None, str, str]
+#: Slot queues whose liveness one client reads with the catalog (least recent dropped).
+MAX_SLOTS = 1024
 
 
-class Routes:
-    """Where each conversation's affinity calls go (one per client)."""
+class SlotWatch:
+    """The slot queues this client has met in routes, whose liveness each catalog read fetches.
 
-    def __init__(self, max_conversations: int = MAX_CONVERSATIONS) -> None:
-        self._routes: OrderedDict[_Key, str] = OrderedDict()
-        self._max = max_conversations
+    Thread-safe and bounded (:data:`MAX_SLOTS`, least recently met forgotten first).
+    """
+
+    def __init__(self, max_slots: int = MAX_SLOTS) -> None:
+        self._queues: OrderedDict[str, None] = OrderedDict()
+        self._max = max_slots
         self._lock = threading.Lock()
 
-    def route(self, request: ToolCallRequest, catalog: Catalog, queue: str) -> str:
-        """The queue to publish ``request`` on: its conversation's route, or ``queue``.
-
-        Args:
-            request: the call.
-            catalog: the snapshot the call was admitted with.
-            queue: the function's own queue.
-
-        Returns:
-            The remembered route while a worker serves it (or while the snapshot has not
-            checked it yet: it was learned from a reply moments ago); ``queue`` otherwise,
-            and the route is forgotten.
-        """
-        key = _key(request)
-        if key is None or not _has_affinity(catalog.entries.get(request.function)):
-            return queue
+    def add(self, queues: Iterable[str]) -> None:
+        """Watch ``queues`` too."""
         with self._lock:
-            route = self._routes.get(key)
-            if route is None:
-                return queue
-            if route in catalog.queue_lengths and route not in catalog.live_queues:
-                del self._routes[key]  # its worker is gone: any worker starts afresh
-                return queue
-            self._routes.move_to_end(key)
-            return route
-
-    def learn(self, request: ToolCallRequest, result: ToolCallResult) -> None:
-        """Remember the route a result names for its conversation and function.
-
-        A result without a route that a worker sent (it ran elsewhere, or the tool has no
-        affinity) forgets the old one; a result the producer made itself (``worker`` is
-        empty: timeout, cancel) leaves it.
-        """
-        key = _key(request)
-        if key is None:
-            return
-        with self._lock:
-            if result.route:
-                self._routes[key] = result.route
-                self._routes.move_to_end(key)
-                while len(self._routes) > self._max:
-                    self._routes.popitem(last=False)
-            elif result.worker:
-                self._routes.pop(key, None)
+            for queue in queues:
+                self._queues[queue] = None
+                self._queues.move_to_end(queue)
+            while len(self._queues) > self._max:
+                self._queues.popitem(last=False)
 
     def queues(self) -> set[str]:
-        """Every route remembered now (their liveness is read with the catalog)."""
+        """Every slot queue watched now (the catalog reader's ``watch``)."""
         with self._lock:
-            return set(self._routes.values())
+            return set(self._queues)
 
 
-def _key(request: ToolCallRequest) -> _Key | None:
+def route_key_of(request: ToolCallRequest, catalog: Catalog, namespace: str) -> str | None:
+    """The Redis key of ``request``'s route; ``None`` when the call is not routed.
+
+    Routed: a call with a conversation to a function whose catalog entry has affinity.
+    """
     conversation = request.context.conversation
-    if not conversation:
+    if not conversation or not _has_affinity(catalog.entries.get(request.function)):
         return None
-    return (request.context.account, conversation, request.function)
+    return route_key(namespace, request.context.account, conversation, request.function)
+
+
+def unchecked(routes: Iterable[Route | None], catalog: Catalog) -> list[str]:
+    """The slot queues of ``routes`` whose liveness ``catalog`` did not read."""
+    return sorted(
+        {r.queue for r in routes if r is not None and r.queue not in catalog.queue_lengths}
+    )
+
+
+def routed(
+    request: ToolCallRequest, route: Route | None, queue: str, live: Iterable[str]
+) -> tuple[str, ToolCallRequest]:
+    """Where ``request`` goes, and the request naming its session's holder.
+
+    Args:
+        request: the call, admitted.
+        route: its conversation's route, or ``None``.
+        queue: the function's own queue.
+        live: the queues with a live worker (the catalog's, and those just checked).
+
+    Returns:
+        ``(route.queue, request with session_holder)`` while the route's slot is live;
+        ``(queue, request with session_holder)`` when it is not (a fresh session, which
+        says so); ``(queue, request)`` without a route.
+    """
+    if route is None:
+        return queue, request
+    named = request.model_copy(update={"session_holder": route.worker})
+    return (route.queue if route.queue in set(live) else queue), named
 
 
 def _has_affinity(entry: dict[str, Any] | None) -> bool:
     return entry is not None and entry.get("affinity") == "conversation"
-
-
-def learn_route(routes: Routes, request: ToolCallRequest, future: Any) -> None:
-    """Done-callback of a conversation's call: learn the route its result names."""
-    if future.cancelled():
-        return
-    try:
-        result = future.result()
-    except Exception:  # noqa: BLE001 - a failed future names no route
-        return
-    if isinstance(result, ToolCallResult):
-        routes.learn(request, result)

@@ -26,8 +26,10 @@ from toolfleet.producer._core.base import ClientBase
 from toolfleet.producer._core.calls import REDIS_FAILURES, Arguments, check_budget
 from toolfleet.producer._core.fleet import (
     CANCEL_QUEUED_SCRIPT,
+    count_live,
     queue_find_queued,
     queue_foreign_cancel,
+    read_routes,
 )
 from toolfleet.producer._redis import (
     FORKED_GIVEN_POOL,
@@ -40,6 +42,7 @@ from toolfleet.producer.async_listener import AsyncCallFuture, AsyncReplyListene
 from toolfleet.producer.backpressure import AsyncInFlightLimit
 from toolfleet.producer.catalog import AsyncCatalogReader
 from toolfleet.producer.events import CallEvent
+from toolfleet.producer.follower import AsyncFollower
 from toolfleet.producer.publish import AsyncPublisher
 from toolfleet.producer.stream import TurnState, TurnStream
 from toolfleet.shared.errors import ClientError
@@ -93,8 +96,10 @@ class AsyncToolClient(ClientBase):
         self._redis = redis.asyncio.Redis(connection_pool=self._pool)
         self._catalog = AsyncCatalogReader(self._redis, ns, settings.catalog_cache_s,
                                            settings.worker_ttl_s)  # fmt: skip
-        self._catalog.watch = self._core.routes.queues
-        self._publisher = AsyncPublisher(self._redis, ns, QuotaDefaults.from_settings(settings))
+        self._catalog.watch = self._core.slots.queues
+        self._publisher = AsyncPublisher(self._redis, ns, QuotaDefaults.from_settings(settings),
+                                         settings.reply_ttl_s)  # fmt: skip
+        self._follower = AsyncFollower(self._redis, self._core.following, self._core.table)
         self._listener = AsyncReplyListener(self._listener_connection, self.reply_to,
                                             self._core.table, self._redis, ns,
                                             settings.reply_ttl_s)  # fmt: skip
@@ -114,7 +119,8 @@ class AsyncToolClient(ClientBase):
     @override
     async def submit(self, function: str, arguments: Arguments = None, *,
                tool_call_id: str | None = None, context: CallContext | dict[str, Any] | None = None,
-               timeout_s: float = 30.0, max_result_bytes: int | None = None,
+               timeout_s: float = 30.0, schema_hash: str | None = None,
+               idempotency_key: str | None = None, max_result_bytes: int | None = None,
                ) -> AsyncCallFuture:  # fmt: skip
         """As ``ToolClient.submit``, awaiting a slot; canceling the future cancels the call.
 
@@ -130,7 +136,9 @@ class AsyncToolClient(ClientBase):
                 context,
                 timeout_s,
                 max_result_bytes=max_result_bytes,
-            )  # fmt: skip
+                schema_hash=schema_hash,
+            ),
+            idempotency_key,
         )
 
     @override
@@ -139,7 +147,9 @@ class AsyncToolClient(ClientBase):
         return await (await self.submit(function, arguments, **options))
 
     async def _call_as(self, call_id: str, function: str, arguments: Arguments, *,
-                       context: dict[str, Any], timeout_s: float) -> ToolCallResult:  # fmt: skip
+                       context: dict[str, Any], timeout_s: float,
+                       schema_hash: str | None = None,
+                       idempotency_key: str | None = None) -> ToolCallResult:  # fmt: skip
         """``call`` under a request id the caller derived, so that any process can cancel it.
 
         For the MCP gateway (:mod:`toolfleet.producer.mcp.sessions`): ``call_id`` is a
@@ -149,13 +159,16 @@ class AsyncToolClient(ClientBase):
             ClientError: a ``call_id`` that is not a canonical UUID string; as ``call``.
         """
         self._check_open()
-        request = self._request(function, arguments, None, context, timeout_s, call_id)
-        return await (await self._submit(request))
+        request = self._request(function, arguments, None, context, timeout_s, call_id,
+                                schema_hash=schema_hash)  # fmt: skip
+        return await (await self._submit(request, idempotency_key))
 
-    async def _submit(self, request: ToolCallRequest) -> AsyncCallFuture:
+    async def _submit(
+        self, request: ToolCallRequest, idempotency_key: str | None = None
+    ) -> AsyncCallFuture:
         future = AsyncCallFuture(request.id, loop=self._listener.bind())
         try:
-            await self._drive(self._core.submit(request, future))
+            await self._drive(self._core.submit(request, future, idempotency_key))
         except asyncio.CancelledError:
             future.cancel()  # a registered call is canceled in the fleet (the table's hook)
             raise
@@ -165,6 +178,7 @@ class AsyncToolClient(ClientBase):
     async def dispatch(self, tool_calls: Any, *,
                        context: CallContext | dict[str, Any] | None = None, timeout_s: float = 30.0,
                        on_event: Callable[[CallEvent], object] | None = None,
+                       idempotency_key: str | None = None,
                        max_result_bytes: int | None = None) -> list[dict[str, Any]]:  # fmt: skip
         """Run every tool call of one model turn (see ``ToolClient.dispatch``).
 
@@ -173,10 +187,12 @@ class AsyncToolClient(ClientBase):
         """
         if on_event is None:
             budget = check_budget(max_result_bytes)
-            state = await self._start_turn(tool_calls, context, timeout_s, None, budget)
+            state = await self._start_turn(tool_calls, context, timeout_s, None,
+                                           idempotency_key, budget)  # fmt: skip
             await asyncio.gather(*(f for f in state.futures if isinstance(f, asyncio.Future)))
             return state.messages()
         async with self.stream(tool_calls, context=context, timeout_s=timeout_s,
+                               idempotency_key=idempotency_key,
                                max_result_bytes=max_result_bytes) as events:  # fmt: skip
             async for event in events:
                 outcome = on_event(event)
@@ -195,9 +211,10 @@ class AsyncToolClient(ClientBase):
 
     @override
     async def tools(self, *, account: str | None = None, format: str = "openai",  # noqa: A002
-                    include_unavailable: bool = False) -> list[dict[str, Any]]:  # fmt: skip
+                    include_unavailable: bool = False, metadata: bool = False,
+                    ) -> list[dict[str, Any]]:  # fmt: skip
         self._live()
-        return await self._drive(self._core.tools(account, format, include_unavailable))
+        return await self._drive(self._core.tools(account, format, include_unavailable, metadata))
 
     @override
     async def preparing(self, function: str, partial_arguments: str | dict[str, Any] | None = None,
@@ -229,6 +246,7 @@ class AsyncToolClient(ClientBase):
             while wait and self._core.table.in_flight:
                 await asyncio.sleep(0.01)
             await self._listener.stop()
+            await self._follower.stop()
             with contextlib.suppress(*REDIS_FAILURES):
                 await self._redis.delete(self.reply_to)
         await self._redis.aclose()
@@ -250,12 +268,13 @@ class AsyncToolClient(ClientBase):
 
     async def _start_turn(self, tool_calls: Any, context: Any, timeout_s: float,
                           emit: Callable[[CallEvent], None] | None,
+                          idempotency_key: str | None = None,
                           max_result_bytes: int | None = None) -> TurnState:  # fmt: skip
         self._check_open()
         loop = self._listener.bind()
         turn = self._core.turn(tool_calls, context, timeout_s, emit,
                                lambda call_id: AsyncCallFuture(call_id, loop=loop),
-                               max_result_bytes)  # fmt: skip
+                               idempotency_key, max_result_bytes)  # fmt: skip
         return await self._drive(turn)
 
     async def _cancel(self, call_ids: list[str]) -> bool:
@@ -287,6 +306,11 @@ class AsyncToolClient(ClientBase):
         if isinstance(step, core.AnswerQueued):
             script = self._redis.register_script(CANCEL_QUEUED_SCRIPT)
             return await script(keys=step.cancel.keys, args=step.cancel.args)
+        if isinstance(step, core.ReadRoutes):
+            return await read_routes(self._redis.pipeline(transaction=False), step.keys, step.ttl_s)
+        if isinstance(step, core.CheckLive):
+            pipe = self._redis.pipeline(transaction=False)
+            return await count_live(pipe, self.namespace, step.queues, self.settings.worker_ttl_s)
         if isinstance(step, core.ForeignCancel):
             pipe = self._redis.pipeline(transaction=False)
             queue_foreign_cancel(pipe, self.namespace, step.call_id, self.settings.reply_ttl_s)
@@ -296,5 +320,5 @@ class AsyncToolClient(ClientBase):
         if isinstance(step, core.ReadCatalog):
             return await self._catalog.get(step.functions, wait_s=wait_s)
         return await self._publisher.publish_many(
-            step.items, wait_s=wait_s, no_breaker=step.no_breaker
+            step.items, wait_s=wait_s, no_breaker=step.no_breaker, keys=step.keys
         )

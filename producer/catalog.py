@@ -1,8 +1,10 @@
 """Read the catalog workers publish: which functions exist, their queue, and liveness.
 
-One read is two round trips: ``HGETALL`` of the catalog, then one pipeline with the
-switches and, per queue, its live workers (``ZCOUNT`` of heartbeats within the TTL) and
-its length (``HLEN`` of Dramatiq's ``<queue>.msgs``).
+One read is two round trips: ``HGETALL`` of the catalog with the newest heartbeat of each
+name (``ZRANGE`` of ``<ns>:catalog:live``: a name no live worker serves is left out,
+:func:`toolfleet.shared.catalog_life.listed`), then one pipeline with the switches and,
+per queue, its live workers (``ZCOUNT`` of heartbeats within the TTL) and its length
+(``HLEN`` of Dramatiq's ``<queue>.msgs``).
 """
 
 from __future__ import annotations
@@ -28,15 +30,17 @@ from toolfleet.shared.catalog import (
     switched_off,
 )
 from toolfleet.shared.catalog_epoch import recovering_functions
+from toolfleet.shared.catalog_life import beats_of, listed
 from toolfleet.shared.naming import (
     catalog_key,
+    catalog_live_key,
     catalog_recovering_key,
     queue_msgs_key,
     switches_key,
     workers_key,
 )
 
-__all__ = ["AsyncCatalogReader", "Catalog", "CatalogReader"]
+__all__ = ["AsyncCatalogReader", "Catalog", "CatalogReader", "read_entries"]
 
 
 @dataclass(frozen=True)
@@ -165,8 +169,10 @@ class CatalogReader:
             return self._snapshot
 
     def _read(self) -> Catalog:
-        raw = self.client.hgetall(catalog_key(self.namespace))
-        entries = _entries(raw)
+        first = self.client.pipeline(transaction=False)
+        for command in _entry_commands(self.namespace):
+            getattr(first, command[0])(*command[1:])
+        entries = _listed(first.execute(), self.worker_ttl_s)
         queues = _queues(entries, self.watch)
         pipe = self.client.pipeline(transaction=False)
         for command in _status_commands(self.namespace, queues, self.worker_ttl_s):
@@ -233,8 +239,10 @@ class AsyncCatalogReader:
                 self._snapshot = fresh
 
     async def _read(self) -> Catalog:
-        raw = await self.client.hgetall(catalog_key(self.namespace))
-        entries = _entries(raw)
+        first = self.client.pipeline(transaction=False)
+        for command in _entry_commands(self.namespace):
+            getattr(first, command[0])(*command[1:])
+        entries = _listed(await first.execute(), self.worker_ttl_s)
         queues = _queues(entries, self.watch)
         pipe = self.client.pipeline(transaction=False)
         for command in _status_commands(self.namespace, queues, self.worker_ttl_s):
@@ -254,6 +262,41 @@ def _fresh(
     if any(snap.switched_off(f) for f in functions):
         return False  # never refuse on a cached switch: `switch on` applies to the next call
     return age <= miss_refresh_s or all(snap.is_live(f) for f in functions)
+
+
+def read_entries(
+    client: redis.Redis, namespace: str, worker_ttl_s: float
+) -> dict[str, dict[str, Any]]:
+    """The catalog's entries as every reader lists them (one pipelined round trip).
+
+    Function name -> entry (decoded JSON object), leaving out the names no live worker
+    serves (:func:`toolfleet.shared.catalog_life.listed`); for ``top``, the exporter and
+    the admin commands.
+
+    Args:
+        client: Redis client.
+        namespace: key prefix.
+        worker_ttl_s: a heartbeat older than this many seconds does not count as live.
+
+    Raises:
+        redis.RedisError: Redis unreachable.
+    """
+    pipe = client.pipeline(transaction=False)
+    for command in _entry_commands(namespace):
+        getattr(pipe, command[0])(*command[1:])
+    return _listed(pipe.execute(), worker_ttl_s)
+
+
+def _entry_commands(namespace: str) -> list[tuple[Any, ...]]:
+    return [
+        ("hgetall", catalog_key(namespace)),
+        ("zrange", catalog_live_key(namespace), 0, -1, False, True),
+    ]
+
+
+def _listed(replies: list[Any], worker_ttl_s: float) -> dict[str, dict[str, Any]]:
+    raw, beats = replies
+    return listed(_entries(raw), beats_of(beats), time.time() - worker_ttl_s)
 
 
 def _entries(raw: dict[Any, Any]) -> dict[str, dict[str, Any]]:

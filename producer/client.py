@@ -23,14 +23,17 @@ from toolfleet.producer._core.base import ClientBase
 from toolfleet.producer._core.calls import REDIS_FAILURES, Arguments, check_budget
 from toolfleet.producer._core.fleet import (
     CANCEL_QUEUED_SCRIPT,
+    count_live,
     queue_find_queued,
     queue_foreign_cancel,
+    read_routes,
 )
 from toolfleet.producer._redis import sync_connection, track_forks
 from toolfleet.producer.backpressure import InFlightLimit
 from toolfleet.producer.bounded import DeadlineRunner
 from toolfleet.producer.catalog import CatalogReader
 from toolfleet.producer.events import CallEvent
+from toolfleet.producer.follower import Follower
 from toolfleet.producer.listener import ReplyListener
 from toolfleet.producer.publish import Publisher
 from toolfleet.producer.stream import SyncTurnStream, TurnState
@@ -108,8 +111,10 @@ class ToolClient(ClientBase):
         ns, settings = self.namespace, self.settings
         self._catalog = CatalogReader(self._redis, ns, settings.catalog_cache_s,
                                       settings.worker_ttl_s)  # fmt: skip
-        self._catalog.watch = self._core.routes.queues
-        self._publisher = Publisher(self._redis, ns, QuotaDefaults.from_settings(settings))
+        self._catalog.watch = self._core.slots.queues
+        self._publisher = Publisher(self._redis, ns, QuotaDefaults.from_settings(settings),
+                                    settings.reply_ttl_s)  # fmt: skip
+        self._follower = Follower(self._redis, self._core.following, self._core.table)
         self._listener = ReplyListener(lambda: self._connection("reply"), self.reply_to,
                                        self._core.table, self._redis, ns,
                                        settings.reply_ttl_s)  # fmt: skip
@@ -143,13 +148,15 @@ class ToolClient(ClientBase):
     @override
     def submit(self, function: str, arguments: Arguments = None, *,
                tool_call_id: str | None = None, context: CallContext | dict[str, Any] | None = None,
-               timeout_s: float = 30.0, max_result_bytes: int | None = None,
-               ) -> CallFuture:  # fmt: skip
+               timeout_s: float = 30.0, schema_hash: str | None = None,
+               idempotency_key: str | None = None,
+               max_result_bytes: int | None = None) -> CallFuture:  # fmt: skip
         self._check_open()
         request = self._request(function, arguments, tool_call_id, context, timeout_s,
-                                max_result_bytes=max_result_bytes)  # fmt: skip
+                                max_result_bytes=max_result_bytes,
+                                schema_hash=schema_hash)  # fmt: skip
         future = CallFuture(request.id)
-        self._drive(self._core.submit(request, future))
+        self._drive(self._core.submit(request, future, idempotency_key))
         return future
 
     @override
@@ -159,15 +166,18 @@ class ToolClient(ClientBase):
     @override
     def dispatch(self, tool_calls: Any, *, context: CallContext | dict[str, Any] | None = None,
                  timeout_s: float = 30.0, on_event: Callable[[CallEvent], object] | None = None,
+                 idempotency_key: str | None = None,
                  max_result_bytes: int | None = None) -> list[dict[str, Any]]:  # fmt: skip
         if on_event is None:
             budget = check_budget(max_result_bytes)
-            state = self._start_turn(tool_calls, context, timeout_s, None, budget)
+            state = self._start_turn(tool_calls, context, timeout_s, None, idempotency_key,
+                                     budget)  # fmt: skip
             for future in state.futures:
                 if future is not None:
                     future.result()  # resolved by the deadline at the latest
             return state.messages()
         with self.stream(tool_calls, context=context, timeout_s=timeout_s,
+                         idempotency_key=idempotency_key,
                          max_result_bytes=max_result_bytes) as events:  # fmt: skip
             for event in events:
                 on_event(event)
@@ -179,9 +189,10 @@ class ToolClient(ClientBase):
 
     @override
     def tools(self, *, account: str | None = None, format: str = "openai",  # noqa: A002
-              include_unavailable: bool = False) -> list[dict[str, Any]]:  # fmt: skip
+              include_unavailable: bool = False, metadata: bool = False,
+              ) -> list[dict[str, Any]]:  # fmt: skip
         self._live()
-        return self._drive(self._core.tools(account, format, include_unavailable))
+        return self._drive(self._core.tools(account, format, include_unavailable, metadata))
 
     @override
     def preparing(self, function: str, partial_arguments: str | dict[str, Any] | None = None,
@@ -224,9 +235,11 @@ class ToolClient(ClientBase):
 
     def _start_turn(self, tool_calls: Any, context: Any, timeout_s: float,
                     emit: Callable[[CallEvent], None] | None,
+                    idempotency_key: str | None = None,
                     max_result_bytes: int | None = None) -> TurnState:  # fmt: skip
         self._check_open()
-        turn = self._core.turn(tool_calls, context, timeout_s, emit, CallFuture, max_result_bytes)
+        turn = self._core.turn(tool_calls, context, timeout_s, emit, CallFuture, idempotency_key,
+                               max_result_bytes)  # fmt: skip
         return self._drive(turn)
 
     def _cancel(self, call_ids: list[str]) -> bool:
@@ -252,9 +265,9 @@ class ToolClient(ClientBase):
         if isinstance(step, core.TakeSlot):
             return self._slots.acquire(step.wait_s)
         if isinstance(step, core.Publish):
-            items, no_breaker = step.items, step.no_breaker
+            items, no_breaker, keys = step.items, step.no_breaker, step.keys
             return self._bounded.run(
-                lambda: self._publisher.publish_many(items, no_breaker), step.deadline
+                lambda: self._publisher.publish_many(items, no_breaker, keys), step.deadline
             )
         if isinstance(step, core.MarkResolved):
             return self._listener.mark_within(step.call_ids)
@@ -267,6 +280,11 @@ class ToolClient(ClientBase):
         if isinstance(step, core.AnswerQueued):
             script = self._redis.register_script(CANCEL_QUEUED_SCRIPT)
             return script(keys=step.cancel.keys, args=step.cancel.args)
+        if isinstance(step, core.ReadRoutes):
+            return read_routes(self._redis.pipeline(transaction=False), step.keys, step.ttl_s)
+        if isinstance(step, core.CheckLive):
+            pipe = self._redis.pipeline(transaction=False)
+            return count_live(pipe, self.namespace, step.queues, self.settings.worker_ttl_s)
         pipe = self._redis.pipeline(transaction=False)
         queue_foreign_cancel(pipe, self.namespace, step.call_id, self.settings.reply_ttl_s)
         return pipe.execute()

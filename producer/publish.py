@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Container, Sequence
+from collections.abc import Container, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -31,6 +31,7 @@ import redis
 import redis.asyncio
 
 from toolfleet.shared import tracing
+from toolfleet.shared.idempotency import Duplicate, Idempotency
 from toolfleet.shared.naming import actor_name_for
 from toolfleet.shared.tenancy.enqueue import (
     ENQUEUE_SCRIPT,
@@ -48,8 +49,15 @@ __all__ = ["AsyncPublisher", "Outcome", "Publisher", "encode_message"]
 MAX_BATCH = 1000
 
 #: What publishing one request came to: ``None`` (enqueued), :class:`Refused` (over a
-#: quota: nothing published) or the error Redis answered.
-Outcome = BaseException | Refused | None
+#: quota: nothing published), a :class:`~toolfleet.shared.idempotency.Duplicate` (its
+#: idempotency key names an earlier call: nothing published) or the error Redis answered.
+Outcome = BaseException | Refused | Duplicate | None
+
+#: What a publish's future holds (an error is set as its exception).
+_Settled = Refused | Duplicate | None
+
+#: Per request id, the idempotency key of the calls that carry one.
+Keys = Mapping[str, Idempotency]
 
 
 def encode_message(
@@ -81,12 +89,19 @@ def encode_message(
 class _Dispatch:
     """Keys and arguments of the enqueue script for one request."""
 
-    def __init__(self, namespace: str, quotas: QuotaDefaults | None) -> None:
+    def __init__(
+        self, namespace: str, quotas: QuotaDefaults | None, idempotency_ttl_s: float
+    ) -> None:
         self.namespace = namespace
         self.quotas = quotas or QuotaDefaults()
+        self.idempotency_ttl_s = idempotency_ttl_s
 
     def call(
-        self, queue: str, request: ToolCallRequest, no_breaker: Container[str] = ()
+        self,
+        queue: str,
+        request: ToolCallRequest,
+        no_breaker: Container[str] = (),
+        keys: Keys | None = None,
     ) -> tuple[list[str], list[Any]]:
         redis_message_id, body = encode_message(queue, request, redis_message_id=request.id)
         return enqueue_call(
@@ -101,6 +116,8 @@ class _Dispatch:
             defaults=self.quotas,
             now=time.time(),
             breaker=request.function not in no_breaker,
+            idempotency=keys.get(request.id) if keys else None,
+            idempotency_ttl_s=self.idempotency_ttl_s,
         )
 
 
@@ -141,16 +158,22 @@ class Publisher:
         client: Redis client (shared with the rest of the producer).
         namespace: key prefix (Dramatiq's namespace).
         quotas: quotas of accounts without their own (``None``: no limit).
+        idempotency_ttl_s: seconds an idempotency key's record outlives its call's
+            deadline (the ``reply_ttl_s`` setting).
     """
 
     def __init__(
-        self, client: redis.Redis, namespace: str, quotas: QuotaDefaults | None = None
+        self,
+        client: redis.Redis,
+        namespace: str,
+        quotas: QuotaDefaults | None = None,
+        idempotency_ttl_s: float = 300.0,
     ) -> None:
         self._client = client
-        self._dispatch = _Dispatch(namespace, quotas)
+        self._dispatch = _Dispatch(namespace, quotas, idempotency_ttl_s)
         self._script = client.register_script(ENQUEUE_SCRIPT)
 
-    def publish(self, queue: str, request: ToolCallRequest) -> Refused | None:
+    def publish(self, queue: str, request: ToolCallRequest) -> Refused | Duplicate | None:
         """Enqueue one request on ``queue``; a :class:`Refused` when over a quota.
 
         Raises:
@@ -164,7 +187,10 @@ class Publisher:
         return refused(reply)
 
     def publish_many(
-        self, items: Sequence[tuple[str, ToolCallRequest]], no_breaker: Container[str] = ()
+        self,
+        items: Sequence[tuple[str, ToolCallRequest]],
+        no_breaker: Container[str] = (),
+        keys: Keys | None = None,
     ) -> list[Outcome]:
         """Enqueue several requests in one pipeline (one more when the script was flushed).
 
@@ -172,6 +198,7 @@ class Publisher:
             items: ``(queue, request)`` pairs.
             no_breaker: functions whose catalog entry declares no breaker (their breaker
                 state is not read).
+            keys: the idempotency keys of the requests that carry one, by request id.
 
         Returns:
             Per item, its :data:`Outcome`.
@@ -182,7 +209,7 @@ class Publisher:
         outcomes: list[Outcome] = []
         for start in range(0, len(items), MAX_BATCH):
             chunk = items[start : start + MAX_BATCH]
-            calls = [self._dispatch.call(q, r, no_breaker) for q, r in chunk]
+            calls = [self._dispatch.call(q, r, no_breaker, keys) for q, r in chunk]
             replies = self._execute(calls)
             if missing := _unloaded(replies):
                 self._script.sha = self._client.script_load(ENQUEUE_SCRIPT)
@@ -213,20 +240,26 @@ class AsyncPublisher:
         client: asyncio Redis client.
         namespace: key prefix (Dramatiq's namespace).
         quotas: quotas of accounts without their own (``None``: no limit).
+        idempotency_ttl_s: seconds an idempotency key's record outlives its call's
+            deadline (the ``reply_ttl_s`` setting).
     """
 
     def __init__(
-        self, client: redis.asyncio.Redis, namespace: str, quotas: QuotaDefaults | None = None
+        self,
+        client: redis.asyncio.Redis,
+        namespace: str,
+        quotas: QuotaDefaults | None = None,
+        idempotency_ttl_s: float = 300.0,
     ) -> None:
         self._client = client
-        self._dispatch = _Dispatch(namespace, quotas)
+        self._dispatch = _Dispatch(namespace, quotas, idempotency_ttl_s)
         self._script = client.register_script(ENQUEUE_SCRIPT)
-        self._waiting: list[tuple[tuple[list[str], list[Any]], asyncio.Future[Refused | None]]] = []
+        self._waiting: list[tuple[tuple[list[str], list[Any]], asyncio.Future[_Settled]]] = []
         self._flushing: asyncio.Task[None] | None = None
 
     async def publish(
         self, queue: str, request: ToolCallRequest, *, wait_s: float | None = None
-    ) -> Refused | None:
+    ) -> Refused | Duplicate | None:
         """Enqueue one request on ``queue`` (next batch); a :class:`Refused` when over a quota.
 
         Args:
@@ -249,6 +282,7 @@ class AsyncPublisher:
         *,
         wait_s: float | None = None,
         no_breaker: Container[str] = (),
+        keys: Keys | None = None,
     ) -> list[Outcome]:
         """Enqueue several requests (in the next batch).
 
@@ -256,6 +290,7 @@ class AsyncPublisher:
             items: ``(queue, request)`` pairs.
             no_breaker: functions whose catalog entry declares no breaker (their breaker
                 state is not read).
+            keys: the idempotency keys of the requests that carry one, by request id.
             wait_s: longest wait for Redis to confirm, seconds (``None``: no limit); an
                 item not confirmed by then gets a ``redis.TimeoutError`` (it may still be
                 enqueued: its caller's deadline settles it).
@@ -264,10 +299,10 @@ class AsyncPublisher:
             Per item, its :data:`Outcome`.
         """
         loop = asyncio.get_running_loop()
-        futures: list[asyncio.Future[Refused | None]] = []
+        futures: list[asyncio.Future[_Settled]] = []
         for queue, request in items:
-            future: asyncio.Future[Refused | None] = loop.create_future()
-            self._waiting.append((self._dispatch.call(queue, request, no_breaker), future))
+            future: asyncio.Future[_Settled] = loop.create_future()
+            self._waiting.append((self._dispatch.call(queue, request, no_breaker, keys), future))
             futures.append(future)
         if self._flushing is None:
             self._flushing = loop.create_task(self._flush())
@@ -280,7 +315,7 @@ class AsyncPublisher:
         return [_future_outcome(f, late) for f in futures]
 
     async def _flush(self) -> None:
-        batch: list[tuple[tuple[list[str], list[Any]], asyncio.Future[Refused | None]]] = []
+        batch: list[tuple[tuple[list[str], list[Any]], asyncio.Future[_Settled]]] = []
         try:
             while self._waiting:
                 batch, self._waiting = self._waiting[:MAX_BATCH], self._waiting[MAX_BATCH:]
@@ -315,18 +350,18 @@ class AsyncPublisher:
         return list(await pipe.execute(raise_on_error=False))
 
 
-def _consume(future: asyncio.Future[Refused | None]) -> None:
+def _consume(future: asyncio.Future[_Settled]) -> None:
     if not future.cancelled():
         future.exception()  # retrieved: no "exception was never retrieved" warning
 
 
-def _future_outcome(future: asyncio.Future[Refused | None], late: BaseException) -> Outcome:
+def _future_outcome(future: asyncio.Future[_Settled], late: BaseException) -> Outcome:
     if not future.done() or future.cancelled():
         return late
     return future.exception() or future.result()
 
 
-def _settle(future: asyncio.Future[Refused | None], outcome: Outcome) -> None:
+def _settle(future: asyncio.Future[_Settled], outcome: Outcome) -> None:
     if future.done():
         return
     if isinstance(outcome, BaseException):

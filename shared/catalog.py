@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from toolfleet.shared.manifest import Availability
-from toolfleet.shared.naming import extension_switch, function_name
+from toolfleet.shared.naming import extension_switch, function_name, tool_identity
 from toolfleet.shared.nearest import did_you_mean
 from toolfleet.shared.wire import Status
 
@@ -62,6 +62,8 @@ class CatalogEntry(BaseModel):
             last refresh.
         availability: which accounts may call it.
         switches: every switch its extension declares, with its default.
+        schema_hash: the hash of the description and parameters a model is shown
+            (:func:`toolfleet.shared.catalog_life.schema_hash`; ``""`` from older workers).
     """
 
     model_config = ConfigDict(extra="allow", frozen=True)
@@ -75,6 +77,12 @@ class CatalogEntry(BaseModel):
     enabled: bool = True
     availability: Availability = Field(default_factory=Availability)
     switches: tuple[SwitchDeclaration, ...] = ()
+    schema_hash: str = ""
+
+    @property
+    def identity(self) -> str | None:
+        """The tool the name stands for, ``<slug>/<tool>``; ``None`` when the entry names none."""
+        return tool_identity(self.slug, self.tool) if self.slug and self.tool else None
 
     @field_validator("availability", mode="before")
     @classmethod

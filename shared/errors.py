@@ -5,7 +5,8 @@ One root, at most two levels below it::
     ToolfleetError                     root of everything toolfleet raises
     ├── ClientError                    misuse of a client (closed client, bad method arguments)
     │   ├── ClientClosedError
-    │   └── BackpressureError          too many calls in flight: no slot within submit_timeout_s
+    │   ├── BackpressureError          too many calls in flight: no slot within submit_timeout_s
+    │   └── IdempotencyKeyError        an idempotency key reused for a different call
     ├── ConfigurationError             bad settings, bad extension or tool definition
     ├── ConnectionFailed               Redis could not be reached or answered with an error
     └── ToolCallError                  a non-``ok`` wire status; carries the ToolCallResult
@@ -43,6 +44,7 @@ __all__ = [
     "CrashedError",
     "ExpiredError",
     "ExtensionToolError",
+    "IdempotencyKeyError",
     "InvalidArgumentsError",
     "NotAvailableError",
     "RejectedError",
@@ -70,6 +72,15 @@ class BackpressureError(ClientError):
 
     Raised by ``submit``/``call`` after waiting ``submit_timeout_s`` seconds for a slot;
     nothing was published. Slow down, raise the client's ``max_in_flight``, or add workers.
+    """
+
+
+class IdempotencyKeyError(ClientError):
+    """An idempotency key was used again, within its lifetime, for a different call.
+
+    A key names one call (:mod:`toolfleet.shared.idempotency`): the same key with another
+    function or other arguments is misuse, refused in the enqueue script; nothing was
+    published. The call's future is answered ``rejected`` with the same message.
     """
 
 

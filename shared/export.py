@@ -70,7 +70,12 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-__all__ = ["FORMATS", "export_tools", "strict_problems", "to_strict_schema"]
+__all__ = ["FORMATS", "SCHEMA_HASH_KEY", "export_tools", "strict_problems", "to_strict_schema"]
+
+#: The metadata key holding the schema hash a model is shown (MCP ``_meta``, and the
+#: ``metadata`` object of the other formats when asked for): pass it back as a call's
+#: ``schema_hash`` to pin the call to that schema.
+SCHEMA_HASH_KEY = "toolfleet/schema_hash"
 
 #: Every format :func:`export_tools` renders.
 FORMATS = ("openai", "openai-strict", "responses", "anthropic", "mcp", "display")
@@ -93,8 +98,16 @@ log = logging.getLogger("toolfleet.export")
 _logged: set[tuple[str, tuple[str, ...]]] = set()
 
 
-def export_tools(entries: Iterable[Mapping[str, Any]], fmt: str = "openai") -> list[dict[str, Any]]:
+def export_tools(
+    entries: Iterable[Mapping[str, Any]], fmt: str = "openai", *, metadata: bool = False
+) -> list[dict[str, Any]]:
     """Render catalog entries as the tool list of one model API.
+
+    An entry's ``schema_hash`` goes into MCP's ``_meta`` (``toolfleet/schema_hash``), a
+    field the MCP specification gives to implementations. The model APIs refuse fields
+    they do not define, so the other formats carry it only with ``metadata``, as
+    ``"metadata": {"toolfleet/schema_hash": ...}`` beside the tool's own fields, for the
+    caller to read and strip before sending the list.
 
     Args:
         entries: catalog entries: ``name``, ``description`` and ``parameters`` (JSON
@@ -103,6 +116,7 @@ def export_tools(entries: Iterable[Mapping[str, Any]], fmt: str = "openai") -> l
             ``display_parameters`` (for people: only the ``display`` format shows them,
             no format sends them to a model).
         fmt: one of :data:`FORMATS` (shapes and sources in the module docstring).
+        metadata: add each tool's ``metadata`` object (formats other than ``mcp``).
 
     Returns:
         One JSON object per entry, in order. Nothing in it is shared with ``entries``,
@@ -114,7 +128,16 @@ def export_tools(entries: Iterable[Mapping[str, Any]], fmt: str = "openai") -> l
     render = _RENDERERS.get(fmt)
     if render is None:
         raise ValueError(f"unknown tool format {fmt!r}; expected one of {', '.join(FORMATS)}")
-    return [render(entry) for entry in entries]
+    tools = []
+    for entry in entries:
+        tool = render(entry)
+        pin = entry.get("schema_hash")
+        if pin and fmt == "mcp":
+            tool["_meta"] = {SCHEMA_HASH_KEY: str(pin)}
+        elif pin and metadata and fmt != "display":
+            tool["metadata"] = {SCHEMA_HASH_KEY: str(pin)}
+        tools.append(tool)
+    return tools
 
 
 def to_strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:

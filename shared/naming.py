@@ -10,6 +10,9 @@ Redis keys (``ns`` is the namespace, default ``toolfleet``)::
     <ns>:catalog                 hash: function name -> catalog entry (JSON)
     <ns>:catalog:epoch           the catalog's epoch id (a new one: Redis lost its data)
     <ns>:catalog:recovering      set: functions served before the loss (one worker TTL)
+    <ns>:catalog:live            sorted set: function name -> newest heartbeat serving it
+    <ns>:catalog:owners          hash: function name -> the tool it stands for, <slug>/<tool>
+    <ns>:catalog:workers:<name>  sorted set: worker id -> last heartbeat serving <name>
     <ns>:workers:<queue>         sorted set: worker id -> last heartbeat (epoch seconds)
     <ns>:switches                hash: switch name -> "on" | "off"
     <ns>:extension_errors        hash: extension source -> why it was not loaded
@@ -22,16 +25,19 @@ Redis keys (``ns`` is the namespace, default ``toolfleet``)::
     <ns>:mcp_servers             hash: worker id -> its MCP sessions' states (JSON, with "at")
     <ns>:slots                   hash: slot queue -> the queue it stands in for (affinity)
     <ns>:worker_info             hash: worker id -> what its last heartbeat said (JSON)
-    <ns>:agg:<minute>            hash: one minute's call aggregates (toolfleet.shared.aggregates)
     <ns>:limits                  hash: quota scope -> its quota (JSON)
     <ns>:quota:inflight:<scope>  sorted set: a scope's calls in flight -> deadline (ms)
     <ns>:quota:rate:<scope>      a scope's rate counter (theoretical arrival time, ms)
     <ns>:breaker:<function>      hash: a tool's breaker state
+    <ns>:route:<digest>          a conversation's route to the process holding its session
+    <ns>:idempotency:<digest>    the call an idempotency key was first used for
+    <ns>:agg:<minute>            hash: one minute's call aggregates (toolfleet.shared.aggregates)
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -51,7 +57,10 @@ __all__ = [
     "cancel_key",
     "catalog_epoch_key",
     "catalog_key",
+    "catalog_live_key",
+    "catalog_owners_key",
     "catalog_recovering_key",
+    "catalog_workers_key",
     "claim_key",
     "concurrency_key",
     "dead_letters_key",
@@ -62,6 +71,7 @@ __all__ = [
     "extension_switch",
     "function_name",
     "function_names",
+    "idempotency_key",
     "inflight_key",
     "is_extension_function",
     "lane_key",
@@ -75,10 +85,12 @@ __all__ = [
     "quota_key",
     "quota_rate_key",
     "reply_key",
+    "route_key",
     "sanitize_slug",
     "slot_lock_key",
     "slots_key",
     "switches_key",
+    "tool_identity",
     "tool_name_for",
     "worker_info_key",
     "workers_key",
@@ -148,6 +160,14 @@ def function_names(tools: Iterable[tuple[str, str]]) -> dict[tuple[str, str], st
     return names
 
 
+def tool_identity(slug: str, tool: str) -> str:
+    """Which tool a function name stands for fleet-wide: ``<slug>/<tool>``.
+
+    Unambiguous: a slug never holds ``/`` (``^[a-zA-Z0-9][a-zA-Z0-9_-]{0,39}$``).
+    """
+    return f"{slug}/{tool}"
+
+
 def default_queue_for(slug: str) -> str:
     """The queue an extension's calls go to unless its manifest names one: ``tools.<slug>``."""
     return "tools." + _NOT_QUEUE.sub("_", slug)
@@ -194,6 +214,21 @@ def catalog_epoch_key(namespace: str) -> str:
 def catalog_recovering_key(namespace: str) -> str:
     """The set of functions served before Redis lost its data, for one worker TTL after."""
     return f"{namespace}:catalog:recovering"
+
+
+def catalog_live_key(namespace: str) -> str:
+    """The sorted set of catalogued names -> newest heartbeat of a worker serving each (epoch s)."""
+    return f"{namespace}:catalog:live"
+
+
+def catalog_owners_key(namespace: str) -> str:
+    """The hash of catalogued names -> the tool each stands for, ``<slug>/<tool>``."""
+    return f"{namespace}:catalog:owners"
+
+
+def catalog_workers_key(namespace: str, function: str) -> str:
+    """The sorted set of workers serving ``function`` (score: last heartbeat, epoch s)."""
+    return f"{namespace}:catalog:workers:{function}"
 
 
 def workers_key(namespace: str, queue: str) -> str:
@@ -400,6 +435,31 @@ def breaker_key(namespace: str, function: str) -> str:
 def concurrency_key(namespace: str, function: str) -> str:
     """The sorted set of ``function``'s held slots (holder -> lease end, epoch ms)."""
     return f"{namespace}:concurrency:{function}"
+
+
+def route_key(namespace: str, account: str | None, conversation: str, function: str) -> str:
+    """The route of one conversation's calls to ``function`` (a tool with session affinity).
+
+    ``<ns>:route:<digest>``, the digest a SHA-256 of ``[account, conversation, function]``
+    as JSON: conversation ids are each platform's own text (any characters, up to 256),
+    and the account is part of the key because they need not be unique across customers.
+    """
+    return f"{namespace}:route:{_digest([account, conversation, function])}"
+
+
+def idempotency_key(namespace: str, account: str | None, key: str, index: int | None = None) -> str:
+    """The record of the call an idempotency ``key`` of ``account`` was first used for.
+
+    ``<ns>:idempotency:<digest>``, the digest a SHA-256 of ``[account, key, index]`` as
+    JSON: ``index`` is the position of a call in a turn made under ``key`` (``None`` for
+    ``submit``/``call``), so a turn's calls and a single call never share a record.
+    """
+    return f"{namespace}:idempotency:{_digest([account, key, index])}"
+
+
+def _digest(parts: list[Any]) -> str:
+    text = json.dumps(parts, ensure_ascii=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 # -- aggregates --------------------------------------------------------------------------------

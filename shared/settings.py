@@ -64,6 +64,9 @@ class Settings(BaseSettings):
             counts as ``other`` (:func:`toolfleet.shared.metric_labels.model_label`).
         aggregates_ttl_s: seconds each minute of the call aggregates lives in Redis
             (:mod:`toolfleet.shared.aggregates`); 0 turns them off (nothing is counted).
+        affinity_ttl_s: seconds a conversation's route to the worker process holding its
+            session (session affinity) is kept after its last call
+            (:mod:`toolfleet.shared.affinity`); longer than a session lives idle.
     """
 
     model_config = SettingsConfigDict(env_prefix="TOOLFLEET_", extra="ignore")
@@ -98,6 +101,7 @@ class Settings(BaseSettings):
         default_factory=list, max_length=64
     )
     aggregates_ttl_s: int = Field(default=86_400, ge=0)
+    affinity_ttl_s: int = Field(default=3600, ge=1)
 
     def extension_folders(self) -> list[Path]:
         """``extension_paths`` split on ``os.pathsep`` (``:`` on Linux), empty parts dropped."""

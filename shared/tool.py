@@ -58,6 +58,9 @@ class ExtensionContext:
             (``max_result_bytes=`` on the call) or the worker's limit, the smaller; a tool
             may shape its own result to it (e.g. return fewer rows and a cursor).
             ``None`` outside a worker.
+        session_lost: for a tool with session affinity, why the conversation's earlier
+            state is not in this process (the process that held it is gone), to tell the
+            model; ``None`` otherwise (:mod:`toolfleet.shared.affinity`).
     """
 
     call_id: str
@@ -73,6 +76,7 @@ class ExtensionContext:
     traceparent: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     max_result_bytes: int | None = None
+    session_lost: str | None = None
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("toolfleet.tool"))
     settings: Any = None
     switches: Callable[[str], bool] = field(default=lambda name: True, repr=False)

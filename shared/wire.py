@@ -153,6 +153,15 @@ class ToolCallRequest(BaseModel):
         sent_at: Unix epoch seconds when the producer published the call.
         events: when true the worker posts ``running`` and ``progress`` events to
             ``reply_to`` before the result (a producer streaming the call's status).
+        identity: the tool the producer's catalog listed ``function`` as, ``<slug>/<tool>``
+            (:func:`toolfleet.shared.naming.tool_identity`); a worker serving another tool
+            under that name refuses the call. ``None`` from older producers: not checked.
+        schema_hash: the schema hash the caller's model was shown
+            (:func:`toolfleet.shared.catalog_life.schema_hash`); a worker whose tool has
+            another schema refuses the call before running it. ``None``: not pinned.
+        session_holder: for a conversation's call to a tool with session affinity, the
+            worker process (``host:pid``) its route names as holding the session, when
+            the producer read one (:mod:`toolfleet.shared.affinity`).
         max_result_bytes: the most bytes the result may take encoded (the model's
             context budget for it), at least 64; ``None``: the worker's own limit. The
             smaller of the two applies; over it, the tool's ``result_shaping`` decides
@@ -178,6 +187,9 @@ class ToolCallRequest(BaseModel):
     timeout_s: float = Field(allow_inf_nan=False)
     sent_at: float = Field(default_factory=time.time)
     events: bool = False
+    identity: NameText | None = None
+    schema_hash: NameText | None = None
+    session_holder: NameText | None = None
     max_result_bytes: int | None = Field(default=None, ge=MIN_BUDGET_BYTES)
 
     def arguments_size(self) -> int:
@@ -227,6 +239,9 @@ class ToolCallResult(BaseModel):
         route: for a tool with session affinity, the queue the conversation's next
             calls should go to (only the worker slot holding its state consumes it);
             see :mod:`toolfleet.producer.affinity`.
+        duplicate_of: for a call submitted again under an idempotency key, the id of the
+            call the key was first used for, whose outcome this is (nothing ran for this
+            one); see :mod:`toolfleet.shared.idempotency`.
         shaped: ``True`` when the worker cut the result to fit its byte budget
             (``result_shaping = "truncate"``); ``None`` otherwise.
         problems: ``(field, reason)`` of each failing argument of an
@@ -246,6 +261,7 @@ class ToolCallResult(BaseModel):
     worker: str | None = None
     description: str | None = None
     route: str | None = None
+    duplicate_of: str | None = None
     shaped: bool | None = None
     problems: tuple[tuple[str, str], ...] = Field(default=(), exclude=True)
 

@@ -81,6 +81,47 @@ def unavailable(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
+def default_sigint() -> None:
+    """``preexec_fn`` of a child a test stops with SIGINT (a Ctrl-C): SIGINT at its default in
+    the child even when the test run inherited it ignored, as every background job of a
+    non-interactive shell (``pytest ... &`` in a script) does, and its children after it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def sandbox_reason(config: Any = None) -> str | None:
+    """Why the python tool's bubblewrap sandbox cannot start on this host for ``config`` (a
+    ``PythonToolConfig``; the default one when ``None``), or ``None`` when it can."""
+    from toolfleet.extensions.python import PythonToolConfig
+    from toolfleet.extensions.python._sandbox import unavailable_reason
+
+    return unavailable_reason(config if config is not None else PythonToolConfig())
+
+
+def require_sandbox(config: Any = None) -> None:
+    """Skip locally, fail in CI (:func:`unavailable`), unless the python tool's sandbox
+    starts on this host (:func:`sandbox_reason`). Where it cannot, the fleet does not serve
+    the tool and says why: the tests of that case
+    (``test_secrets.test_python_tool_is_refused_and_reported_without_isolation``,
+    ``test_cli.test_demo_without_bubblewrap_says_so_in_one_warning_line``) run everywhere,
+    and ``.ci/without-bwrap`` runs the sandbox's test files as on a host without it.
+    """
+    reason = sandbox_reason(config)
+    if reason:
+        unavailable(reason)
+
+
+def without_unserved_python(errors: dict[str, str]) -> dict[str, str]:
+    """``errors`` (source -> why, as a fleet or ``extensions check`` reports them) less the
+    python tool's, which a host that cannot start its sandbox must report, with the reason;
+    unchanged on a host that can."""
+    reason = sandbox_reason()
+    if reason is None:
+        return errors
+    python = {k: v for k, v in errors.items() if k.startswith("entry point python ")}
+    assert len(python) == 1 and reason in next(iter(python.values())), errors
+    return {k: v for k, v in errors.items() if k not in python}
+
+
 # Which Redis the session's tests used, said in pytest's closing summary (CI prints it).
 REDIS_USED: list[str] = []
 

@@ -135,11 +135,34 @@ def test_demo_on_embedded_redis_prints_table_and_leaves_nothing_behind() -> None
     stdout = process.stdout.read() if process.stdout else ""
     assert process.returncode == 0, stdout
     assert "embedded Redis" in stdout
-    assert "mismatched" in stdout and "31 │" in stdout
+    assert "mismatched" in stdout and "32 │" in stdout
     assert own_redis, "the demo's embedded redis-server was never seen"
     assert workers, "the demo's worker processes were never seen"
     assert not all_gone(workers, within_s=5.0)
     assert not own_redis & _redis_server_pids()
+
+
+def test_demo_without_bubblewrap_says_so_in_one_warning_line(tmp_path: Path) -> None:
+    """On a host without `bwrap`, `toolfleet demo` (2 worker processes) still passes, and
+    says once, as a warning and not an error, that the python tool is not served and why."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
+    env["TOOLFLEET_NAMESPACE"] = f"tfdemo-{uuid.uuid4().hex[:8]}"
+    env["PATH"] = str(tmp_path)  # an empty folder: no bwrap to be found
+    out = subprocess.run(
+        [toolfleet_command(), "demo"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    assert "mismatched" in text
+    about = [line for line in text.splitlines() if "bubblewrap" in line]
+    assert len(about) == 1, text
+    assert " WARNING " in about[0] and "python" in about[0] and "not served" in about[0]
+    assert " ERROR " not in text, text
 
 
 def test_demo_replays_bfcl_exec_files() -> None:
@@ -194,3 +217,36 @@ def test_demo_stopped_by_a_signal_leaves_nothing_behind(signum: int) -> None:
         time.sleep(0.1)
     assert not all_gone(workers, within_s=max(0.0, deadline - time.monotonic()))
     assert not own_redis & _redis_server_pids()
+
+
+def test_tools_with_no_worker_prints_an_empty_list_and_says_why_on_stderr(
+    redis_url: str, namespace: str
+) -> None:
+    """With no worker, `toolfleet tools` prints `[]` alone on stdout (still JSON) and a line
+    on stderr saying that no worker has published tools, or that the catalogued ones have no
+    live worker (pointing to --all)."""
+    import redis
+
+    from toolfleet.shared import codec
+    from toolfleet.shared.naming import catalog_key
+
+    ns = f"{namespace}-notools-{uuid.uuid4().hex[:6]}"
+    env = {"TOOLFLEET_REDIS_URL": redis_url, "TOOLFLEET_NAMESPACE": ns}
+    empty = _run(["tools"], **env)
+    assert empty.returncode == 0, empty.stderr
+    assert json.loads(empty.stdout) == []
+    assert "no worker has published any" in empty.stderr and "toolfleet worker" in empty.stderr
+    assert repr(ns) in empty.stderr
+    client = redis.Redis.from_url(redis_url)
+    try:
+        entry = {"name": "ext_gone_f", "description": "x", "parameters": {}, "queue": "tools.gone"}
+        client.hset(catalog_key(ns), "ext_gone_f", codec.dumps(entry))  # no worker serves it
+        unserved = _run(["tools"], **env)
+        assert json.loads(unserved.stdout) == [], unserved.stdout
+        assert "1 catalogued" in unserved.stderr and "--all" in unserved.stderr, unserved.stderr
+        listed = _run(["tools", "--all"], **env)
+        assert [t["function"]["name"] for t in json.loads(listed.stdout)] == ["ext_gone_f"]
+        assert listed.stderr == ""
+    finally:
+        client.delete(catalog_key(ns))
+        client.close()

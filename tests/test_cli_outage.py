@@ -5,17 +5,19 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 import redis
 
-from conftest import TESTS, toolfleet_command
+from conftest import TESTS, default_sigint, toolfleet_command
 from private_redis import Server, free_port, start_server
 from toolfleet.shared.naming import events_key
 
@@ -289,7 +291,22 @@ def _spawn(args: list[str], url: str, namespace: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         env=_env(),
+        preexec_fn=default_sigint,
     )
+
+
+class Drained:
+    """A reader thread that keeps a pipe of a child drained into ``text``."""
+
+    def __init__(self, pipe: IO[str] | None) -> None:
+        assert pipe is not None
+        self.parts: list[str] = []
+        self.thread = threading.Thread(target=lambda: self.parts.extend(pipe), daemon=True)
+        self.thread.start()
+
+    @property
+    def text(self) -> str:
+        return "".join(list(self.parts))
 
 
 def test_top_and_events_ride_out_a_redis_restart(private_redis: PrivateRedis) -> None:
@@ -299,6 +316,8 @@ def test_top_and_events_ride_out_a_redis_restart(private_redis: PrivateRedis) ->
     namespace = f"tfout-{uuid.uuid4().hex[:6]}"
     events = _spawn(["events", "--count", "1"], private_redis.url, namespace)
     top = _spawn(["top", "--interval", "0.2"], private_redis.url, namespace)
+    Drained(top.stdout)  # its frames: a pipe nobody reads would stop it at 64 KiB
+    top_err = Drained(top.stderr)
     try:
         watcher = redis.Redis.from_url(private_redis.url)
         _wait_for(lambda: len(watcher.client_list()) >= 3, 60, "events and top to connect")
@@ -308,7 +327,7 @@ def test_top_and_events_ride_out_a_redis_restart(private_redis: PrivateRedis) ->
         private_redis.stop()
         time.sleep(2.0)
         assert events.poll() is None, events.communicate()
-        assert top.poll() is None, top.communicate()
+        assert top.poll() is None, top_err.text
         private_redis.start()
         client = redis.Redis.from_url(private_redis.url)
         deadline = time.monotonic() + 30
@@ -320,18 +339,17 @@ def test_top_and_events_ride_out_a_redis_restart(private_redis: PrivateRedis) ->
         assert events.returncode == 0, err
         assert '"after-restart"' in out
         assert "unreachable" in err and "is back" in err and "Traceback" not in err
-        time.sleep(1.0)
+        _wait_for(lambda: "is back" in top_err.text, 60, "top to see Redis back")
         assert top.poll() is None
         top.send_signal(signal.SIGINT)
-        top_out, top_err = top.communicate(timeout=10)
-        assert top.returncode == 0, top_err
-        assert "unreachable" in top_err and "is back" in top_err
-        assert "Traceback" not in top_err
+        assert top.wait(timeout=10) == 0, top_err.text
+        top_err.thread.join(timeout=10)
+        assert "unreachable" in top_err.text and "Traceback" not in top_err.text
     finally:
         for process in (events, top):
             if process.poll() is None:
                 process.kill()
-                process.communicate()
+                process.wait()
 
 
 def test_ctrl_c_while_the_demo_stops_is_quiet() -> None:
@@ -344,6 +362,7 @@ def test_ctrl_c_while_the_demo_stops_is_quiet() -> None:
         stderr=subprocess.STDOUT,
         text=True,
         env=_env(TOOLFLEET_NAMESPACE=namespace),
+        preexec_fn=default_sigint,
     )
     assert process.stdout is not None
     seen: list[str] = []

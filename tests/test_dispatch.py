@@ -25,6 +25,7 @@ from pydantic import TypeAdapter
 from conftest import Either, Fleet, start_fleet
 from toolfleet.producer import CallEvent
 from toolfleet.shared import ClientError, Status
+from toolfleet.shared.settings import Settings
 
 FIXTURES = Path(__file__).parent / "fixtures"
 F = "ext_fleet_test_"
@@ -195,18 +196,26 @@ def test_context_reaches_every_call(either: Either) -> None:
     ]
 
 
+#: The worker TTL of the partial fleet's namespace, seconds.
+PARTIAL_TTL_S = 600.0
+
+
 @pytest.fixture(scope="module")
 def partial_fleet(
     redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Fleet]:
     """A namespace whose catalog lists the bfcl tools, served by no live worker: a full fleet
-    ran and was stopped, then one serving only tools.fleet-test started."""
+    ran and was stopped, then one serving only tools.fleet-test started. A name leaves the
+    catalog one worker TTL after its last worker's heartbeat, so this fleet and the test's
+    clients take a TTL longer than the module runs (PARTIAL_TTL_S)."""
     ns = f"{namespace}-partial-{uuid.uuid4().hex[:6]}"
     logs = tmp_path_factory.mktemp("partial")
-    start_fleet(redis_url, ns, logs / "full.log", processes=1).stop()
+    env = {"TOOLFLEET_WORKER_TTL_S": str(PARTIAL_TTL_S)}
+    start_fleet(redis_url, ns, logs / "full.log", processes=1, env=env).stop()
     fleet = start_fleet(
-        redis_url, ns, logs / "partial.log", processes=1, extra=["-Q", "tools.fleet-test"]
-    )
+        redis_url, ns, logs / "partial.log", processes=1, extra=["-Q", "tools.fleet-test"],
+        env=env,
+    )  # fmt: skip
     yield fleet
     fleet.stop()
 
@@ -221,7 +230,8 @@ def test_a_call_without_a_live_worker_fails_fast_in_a_turn(
         ("call_1", "ext_bfcl_math_factorial", {"n": 10}),
         ("call_2", F + "add", {"a": 2, "b": 3}),
     )
-    client = make(partial_fleet.redis_url, namespace=partial_fleet.namespace)
+    client = make(partial_fleet.redis_url, namespace=partial_fleet.namespace,
+                  settings=Settings(worker_ttl_s=PARTIAL_TTL_S))  # fmt: skip
     started = time.time()
     events, messages = client.stream(turn, timeout_s=5)
     refused = [e for e in events if e.index == 1]

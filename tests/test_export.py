@@ -583,6 +583,7 @@ def test_public_names() -> None:
     """The module publishes exactly its documented names, five model formats and display."""
     assert sorted(export.__all__) == [
         "FORMATS",
+        "SCHEMA_HASH_KEY",
         "export_tools",
         "strict_problems",
         "to_strict_schema",

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from conftest import TESTS, Fleet, start_fleet, toolfleet_command
+from conftest import TESTS, Fleet, sandbox_reason, start_fleet, toolfleet_command
 from toolfleet.producer import ToolClient
 from toolfleet.producer.publish import Publisher
 from toolfleet.shared import Status, ToolCallRequest
@@ -145,8 +145,10 @@ def test_extensions_check_lists_each_problem_and_exits_one() -> None:
 
 
 def test_extensions_check_passes_on_good_extensions() -> None:
-    """The built-in extensions check clean."""
+    """The built-in extensions check clean; on a host that cannot start the python tool's
+    sandbox, that is the one problem, with the reason, and the check exits 1."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
+    env["COLUMNS"] = "1000"  # one line per problem
     out = subprocess.run(
         [toolfleet_command(), "extensions", "check"],
         capture_output=True,
@@ -155,8 +157,14 @@ def test_extensions_check_passes_on_good_extensions() -> None:
         timeout=120,
         check=False,
     )
-    assert out.returncode == 0, out.stdout + out.stderr
     assert "bfcl" in out.stdout and "date-calculator" in out.stdout
+    problems = [line for line in out.stdout.splitlines() if line.startswith("problem")]
+    reason = sandbox_reason()
+    if reason is None:
+        assert out.returncode == 0 and not problems, out.stdout + out.stderr
+    else:
+        assert out.returncode == 1 and len(problems) == 1, out.stdout
+        assert problems[0].startswith("problem entry point python") and reason in problems[0]
 
 
 def test_secret_never_leaves_the_worker(ext_client: ToolClient, ext_fleet: Fleet) -> None:

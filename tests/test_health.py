@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 from toolfleet.worker.supervision.health import (
+    WORKER_COMMAND,
     check_live,
     remove_heartbeat,
     remove_supervisor_beat,
@@ -53,3 +56,31 @@ def test_a_supervisor_waiting_for_redis_is_live_until_its_beat_goes_stale(tmp_pa
     write_supervisor_beat(tmp_path)
     remove_supervisor_beat(tmp_path)
     assert not path.exists() and not check_live(tmp_path, stale_s=3).ok
+
+
+def _beat(directory: Path, pid: int, age_s: float = 0.0) -> None:
+    """A heartbeat file for ``pid``, ``age_s`` seconds old."""
+    path = directory / f"worker-{pid}.json"
+    path.write_text(json.dumps({"pid": pid, "ready": True, "functions": 1, "at": time.time()}))
+    os.utime(path, (time.time() - age_s, time.time() - age_s))
+
+
+def test_health_reasons_count_worker_processes_in_words(tmp_path: Path) -> None:
+    """The reasons say "1 worker process healthy", "2 worker processes healthy", and name one
+    stale process in the singular."""
+    # stand-ins whose command lines read as worker processes'
+    argv = [sys.executable, "-c", "import time; time.sleep(60)", WORKER_COMMAND.decode()]
+    stand_ins = [subprocess.Popen(argv) for _ in range(2)]
+    try:
+        _beat(tmp_path, stand_ins[0].pid)
+        assert check_live(tmp_path, stale_s=3).reason == "1 worker process healthy"
+        _beat(tmp_path, stand_ins[1].pid)
+        assert check_live(tmp_path, stale_s=3).reason == "2 worker processes healthy"
+        _beat(tmp_path, stand_ins[1].pid, age_s=10)
+        report = check_live(tmp_path, stale_s=3)
+        assert not report.ok
+        assert report.reason == f"worker process {stand_ins[1].pid} has not been healthy for 3 s"
+    finally:
+        for process in stand_ins:
+            process.kill()
+            process.wait()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -15,7 +17,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import Fleet, start_fleet, toolfleet_command
+from conftest import Fleet, default_sigint, start_fleet, toolfleet_command
 from toolfleet.producer import ToolClient
 
 F = "ext_fleet_test_"
@@ -73,6 +75,32 @@ def test_two_fleets_on_one_host_keep_private_metrics_folders(
     assert list(tmp.iterdir()) == []
 
 
+def test_a_second_worker_on_a_taken_metrics_port_warns_once_and_serves(
+    redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """A worker whose /metrics port is taken (another worker on the host holds it) logs one
+    WARNING line naming the port and TOOLFLEET_METRICS_PORT, no ERROR, and serves calls."""
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 0))
+        holder.listen()
+        port = int(holder.getsockname()[1])
+        ns = f"{namespace}-port-{uuid.uuid4().hex[:6]}"
+        log = tmp_path / "worker.log"
+        fleet = start_fleet(
+            redis_url, ns, log, processes=1, env={"TOOLFLEET_METRICS_PORT": str(port)}
+        )
+        try:
+            with ToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
+                assert client.call(F + "add", {"a": 1, "b": 2}, timeout_s=20).content == 3
+        finally:
+            fleet.stop()
+    lines = log.read_text().splitlines()
+    assert not [line for line in lines if " ERROR " in line], lines
+    taken = [line for line in lines if f"port {port} is taken" in line]
+    assert len(taken) == 1 and " WARNING " in taken[0], lines
+    assert "TOOLFLEET_METRICS_PORT" in taken[0]
+
+
 def _probe(port: int, path: str) -> tuple[int, str]:
     """Status code and body of ``GET path`` on a supervisor's HTTP server."""
     try:
@@ -106,8 +134,8 @@ def test_livez_and_readyz_pass_on_a_healthy_fleet_and_metrics_still_serve(
 ) -> None:
     """/livez and /readyz answer 200 with health's reason; /metrics is unchanged beside them."""
     port = probe_fleet.metrics_port  # type: ignore[attr-defined]
-    assert _probe(port, "/livez") == (200, "1 worker processes healthy\n")
-    assert _probe(port, "/readyz") == (200, "1 worker processes healthy, Redis reachable\n")
+    assert _probe(port, "/livez") == (200, "1 worker process healthy\n")
+    assert _probe(port, "/readyz") == (200, "1 worker process healthy, Redis reachable\n")
     status, body = _probe(port, "/metrics")
     assert status == 200 and "toolfleet_worker_up" in body
     assert "toolfleet_queue_depth" not in body, "fleet-wide gauges come from the exporter only"
@@ -124,7 +152,7 @@ def test_livez_fails_while_a_tool_blocks_its_thread_and_recovers(probe_fleet: Fl
         while time.monotonic() < deadline and failed[0] != 503:
             failed = _probe(port, "/livez")
             time.sleep(0.3)
-        assert failed[0] == 503 and "have not been healthy" in failed[1], failed
+        assert failed[0] == 503 and "has not been healthy" in failed[1], failed
         assert _probe(port, "/readyz")[0] == 503
         future.result()
     deadline = time.monotonic() + 15
@@ -200,6 +228,49 @@ def test_top_busy_counts_only_running_time_and_fits_80_columns(probe_fleet: Flee
     assert rows[F + "add"][1] == "0.00", rows
     assert "invalid_arguments: 5" in rows[F + "add"][4], rows
     assert 0.09 <= float(rows[F + "slow"][1]) <= 0.2, rows
+
+
+def test_top_without_a_terminal_prints_plain_frames_while_it_runs(probe_fleet: Fleet) -> None:
+    """`toolfleet top` writing to a pipe prints each frame whole as it goes, after a line with
+    its time and without terminal control codes, and exits 0 on Ctrl-C."""
+    env = {
+        **os.environ,
+        "TOOLFLEET_REDIS_URL": probe_fleet.redis_url,
+        "TOOLFLEET_NAMESPACE": probe_fleet.namespace,
+    }
+    argv = [toolfleet_command(), "top", "--interval", "0.2"]
+    process = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, preexec_fn=default_sigint
+    )
+    assert process.stdout is not None
+    lines: list[str] = []
+    reader = threading.Thread(
+        target=lambda: lines.extend(line.decode() for line in process.stdout or ()), daemon=True
+    )
+    reader.start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and _headers(lines) < 3:
+            time.sleep(0.1)
+        assert _headers(lines) >= 3 and process.poll() is None, "".join(lines)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    reader.join(timeout=10)
+    text = "".join(lines)
+    assert "\x1b" not in text, text
+    frames = text.split("toolfleet top at ")[1:]
+    whole = frames[:-1]  # the last may be cut short by the Ctrl-C
+    assert len(whole) >= 2, text
+    assert all(" UTC\n" in frame and "queues" in frame and "workers" in frame for frame in whole)
+    assert all("tools.fleet-test" in frame for frame in whole), text
+
+
+def _headers(lines: list[str]) -> int:
+    return sum(1 for line in list(lines) if line.startswith("toolfleet top at "))
 
 
 def test_producer_metrics_register_in_the_host_registry(probe_fleet: Fleet) -> None:

@@ -323,3 +323,69 @@ def test_cancel_writes_the_marker_before_resolving() -> None:
 
     assert _run(producer.cancel([request.id]), {core.MarkResolved: mark}) is True
     assert seen == [False] and future.result().status is Status.CANCELED
+
+
+# -- idempotency keys and conversation routes -----------------------------------------------
+
+
+def test_a_duplicate_waits_for_the_first_calls_outcome_and_misuse_raises() -> None:
+    """The enqueue script's Duplicate: the call waits in ``following`` (the poller is woken)
+    and resolves with the first outcome, its own ids kept; a misuse answers rejected, raises."""
+    from toolfleet.shared.errors import IdempotencyKeyError
+    from toolfleet.shared.idempotency import Duplicate
+
+    woken: list[int] = []
+    producer = core.ProducerCore(_config(), lambda: None, on_follow=lambda: woken.append(1))
+    sent: list[Any] = []
+    request, future = _request(), _Future("")
+    duplicate = [Duplicate("first", False)]
+    answers = {core.ReadCatalog: _catalog(), core.TakeSlot: True,
+               core.Publish: lambda step: sent.append(step) or duplicate}  # fmt: skip
+    _run(producer.submit(request, future, "key-1"), answers)
+    assert sent[0].keys[request.id].key == "key-1" and not future.done() and woken == [1]
+    ids, keys = producer.following.keys()
+    assert ids == [request.id] and keys == ["ns:outcome:first"]
+    first = ToolCallResult(id="first", tool_call_id="c0", function=FUNCTION, status=Status.OK,
+                           content={"n": 1})  # fmt: skip
+    raw = ReplyEnvelope(type="result", result=first).encode()
+    (answer,) = producer.following.settle(ids, [raw], {request.id})
+    assert (answer.id, answer.duplicate_of, answer.content) == (request.id, "first", {"n": 1})
+    misused, other = _request(), _Future("")
+    answers[core.Publish] = [Duplicate("first", True)]
+    with pytest.raises(IdempotencyKeyError, match="key-1"):
+        _run(producer.submit(misused, other, "key-1"), answers)
+    assert other.result().status is Status.REJECTED
+
+
+def test_without_a_key_or_a_conversation_no_step_is_added() -> None:
+    """No key: the Publish step carries none; no conversation: no ReadRoutes step."""
+    producer, sent = _core(), []
+    answers = {core.ReadCatalog: _catalog(), core.TakeSlot: True,
+               core.Publish: lambda step: sent.append(step) or [None]}  # fmt: skip
+    _run(producer.submit(_request(), _Future("")), answers)  # a ReadRoutes would raise KeyError
+    assert sent[0].keys is None
+
+
+def test_a_conversations_call_follows_its_route_and_names_the_holder() -> None:
+    """A route to a slot the catalog has not read: one CheckLive; live, the call goes there
+    with session_holder; a dead slot sends it to the tool's queue, still naming the holder."""
+    from toolfleet.shared.affinity import Route, encode_route
+
+    entry = {"name": FUNCTION, "description": "x", "parameters": {}, "queue": QUEUE,
+             "affinity": "conversation"}  # fmt: skip
+    catalog = Catalog(entries={FUNCTION: entry}, live_queues=frozenset({QUEUE}),
+                      read_at=time.monotonic())  # fmt: skip
+    slot = "tools.demo.slot.h-1-0"
+    for live, queue in ((1, slot), (0, QUEUE)):
+        producer, sent, checked = _core(), [], []
+        request = _request().model_copy(
+            update={"context": CallContext(account="a", conversation="c1")}
+        )
+        answers = {core.ReadCatalog: catalog, core.TakeSlot: True,
+                   core.ReadRoutes: [encode_route(Route(slot, "h:1"))],
+                   core.CheckLive: lambda step, n=live, c=checked: c.append(step.queues) or [n],
+                   core.Publish: lambda step, s=sent: s.extend(step.items) or [None]}  # fmt: skip
+        _run(producer.submit(request, _Future("")), answers)
+        ((published_on, published),) = sent
+        assert (published_on, published.session_holder) == (queue, "h:1")
+        assert checked == [[slot]] and producer.slots.queues() == {slot}

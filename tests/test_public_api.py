@@ -18,6 +18,8 @@ PUBLIC = {
         "TurnStream",
     },
     "toolfleet.producer.mcp": {
+        "CONVERSATION_META_KEY",
+        "IDEMPOTENCY_META_KEY",
         "MCP_PATH",
         "STATUS_META_KEY",
         "TIMEOUT_META_KEY",
@@ -55,6 +57,7 @@ PUBLIC = {
         "CrashedError",
         "ExpiredError",
         "ExtensionToolError",
+        "IdempotencyKeyError",
         "InvalidArgumentsError",
         "NotAvailableError",
         "RejectedError",
@@ -94,6 +97,8 @@ def test_design_api_keeps_its_shapes() -> None:
             "tool_call_id": (keyword_only, None),
             "context": (keyword_only, None),
             "timeout_s": (keyword_only, 30.0),
+            "schema_hash": (keyword_only, None),
+            "idempotency_key": (keyword_only, None),
             "max_result_bytes": (keyword_only, None),
         }
 

@@ -180,3 +180,38 @@ def test_a_lone_call_s_reply_costs_one_blpop_and_no_drain(
     # 5 replies, each taken by a BLPOP (the first may have been waiting before MONITOR began)
     assert sync["lpop"] == 0 and sync["blpop"] >= 4, sync
     assert asynchronous["lpop"] == 0 and asynchronous["blpop"] >= 4, asynchronous
+
+
+def test_an_idempotency_key_costs_one_get_and_one_set_and_a_duplicate_publishes_nothing(
+    counting_server: Server,
+) -> None:
+    """With a key: one ``GET`` of its record and one ``SET`` when published; the same call
+    again: the ``GET`` only, answered with the first call's id; another call: refused."""
+    from toolfleet.shared.idempotency import Duplicate, Idempotency, fingerprint
+    from toolfleet.shared.naming import idempotency_key
+
+    client = redis.Redis.from_url(counting_server.url)
+    try:
+        publisher = Publisher(client, "tfcount")
+        publisher.publish_many([(QUEUE, _request())], no_breaker={FUNCTION})  # loads the script
+        first, again, other = _request(), _request(), _request()
+        other.arguments = {"a": 2}
+        record = idempotency_key("tfcount", None, "k")
+        keys = {r.id: Idempotency("k", record, fingerprint(r.function, r.arguments))
+                for r in (first, again, other)}  # fmt: skip
+        client.config_resetstat()
+        outcomes = publisher.publish_many([(f"{QUEUE}-k", first)], {FUNCTION}, keys)
+        published = command_counts(client)
+        client.config_resetstat()
+        duplicates = publisher.publish_many(
+            [(f"{QUEUE}-k", again), (f"{QUEUE}-k", other)], {FUNCTION}, keys
+        )
+        refused = command_counts(client)
+        held = client.get(record)
+    finally:
+        client.close()
+    assert outcomes == [None]
+    assert published == {"evalsha": 1, "get": 1, "set": 1, "hset": 1, "llen": 1, "rpush": 3}
+    assert duplicates == [Duplicate(first.id, misuse=False), Duplicate(first.id, misuse=True)]
+    assert refused == {"evalsha": 2, "get": 2}
+    assert held is not None and held.decode().endswith(first.id)

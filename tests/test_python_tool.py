@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Fleet, start_fleet
+from conftest import Fleet, require_sandbox, start_fleet
 from proctree import host_pid
 from toolfleet.extensions.python import (
     PythonToolConfig,
@@ -103,6 +103,8 @@ def sandbox() -> Iterator[Callable[..., Sandbox]]:
     made: list[Sandbox] = []
 
     def make(config: PythonToolConfig | None = None, timeout_s: float = 10.0) -> Sandbox:
+        if config is None or config.isolation != "unsafe-none":
+            require_sandbox(config)
         made.append(Sandbox(config, timeout_s))
         return made[-1]
 
@@ -305,6 +307,8 @@ def test_worker_cancellation_kills_the_process_group_at_the_limit(
 def test_worker_exit_removes_interpreters_and_directories(tmp_path: Path, isolation: str) -> None:
     """A process that exits with live interpreters kills them and removes their directories
     and cgroups."""
+    if isolation == "bubblewrap":
+        require_sandbox()
     script = tmp_path / "leave.py"
     script.write_text(
         "import asyncio, time\n"
@@ -420,6 +424,7 @@ def python_fleet(
     redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Fleet]:
     """One worker process serving the python extensions, with a secret in its environment."""
+    require_sandbox()
     ns = f"{namespace}-py-{uuid.uuid4().hex[:6]}"
     fleet = start_fleet(
         redis_url,
@@ -510,6 +515,7 @@ def test_fleet_output_is_captured_and_truncated(py_client: Any) -> None:
 
 def test_tool_past_its_own_limit_is_answered_timeout() -> None:
     """Its own limit passing before the worker's, ext_python_run answers timeout (not crashed)."""
+    require_sandbox()
     from toolfleet.shared.manifest import ToolOptions
     from toolfleet.shared.wire import ToolCallRequest, new_call_id
     from toolfleet.worker.pipeline.calls import CallPipeline

@@ -215,7 +215,9 @@ def test_sandbox_has_no_network_and_no_other_process(secret_fleet: tuple[Fleet, 
 def test_python_tool_is_refused_and_reported_without_isolation(
     redis_url: str, namespace: str, tmp_path: Path
 ) -> None:
-    """Without bubblewrap the fleet does not serve ext_python_run and extensions check says why."""
+    """Without bubblewrap the fleet does not serve ext_python_run: the catalog does not list
+    it, the fleet's extension errors and extensions check say why, and its two worker
+    processes say so in one warning line, not an error."""
     no_bwrap = {"PATH": str(tmp_path)}  # an empty folder: no bwrap to be found
     fleet = start_fleet(
         redis_url, f"{namespace}-nobwrap-{uuid.uuid4().hex[:6]}", tmp_path / "w.log", env=no_bwrap
@@ -224,7 +226,12 @@ def test_python_tool_is_refused_and_reported_without_isolation(
         with ToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
             assert client.call("ext_fleet_test_add", {"a": 1, "b": 2}).content == 3
             refused = client.call("ext_python_run", {"code": "1"})
+            listed = {t["function"]["name"] for t in client.tools(include_unavailable=True)}
+            reported = client.extension_errors()
         assert refused.status is Status.UNKNOWN_FUNCTION, refused
+        assert "ext_fleet_test_add" in listed and "ext_python_run" not in listed
+        why = " ".join(v for k, v in reported.items() if k.startswith("entry point python "))
+        assert "bubblewrap" in why and "apt-get install bubblewrap" in why, reported
         check = subprocess.run(
             [toolfleet_command(), "extensions", "check"],
             capture_output=True,
@@ -244,3 +251,7 @@ def test_python_tool_is_refused_and_reported_without_isolation(
     text = " ".join(check.stdout.split())  # the console wraps long lines
     assert "problem entry point python" in text and "bubblewrap" in text, check.stdout
     assert "problem worker: entry point python" in text, check.stdout
+    log = (tmp_path / "w.log").read_text()
+    said = [line for line in log.splitlines() if "bubblewrap" in line]
+    assert len(said) == 1 and " WARNING " in said[0], log
+    assert " ERROR " not in log, log

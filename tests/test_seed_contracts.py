@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from test_python_tool import _load_python
 
-from conftest import TESTS, Fleet, start_fleet
+from conftest import TESTS, Fleet, require_sandbox, start_fleet
 from toolfleet.producer import AsyncToolClient, ToolClient
 from toolfleet.shared import Status
 from toolfleet.shared.errors import ConfigurationError
@@ -284,6 +284,7 @@ def repl_fleet(
     redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Fleet]:
     """Two worker processes serving the python extension."""
+    require_sandbox()
     fleet = start_fleet(
         redis_url,
         f"{namespace}-repl-{uuid.uuid4().hex[:6]}",

@@ -6,9 +6,11 @@ import time
 
 import pytest
 
-from toolfleet.producer.affinity import Routes
+from toolfleet.producer.affinity import SlotWatch, route_key_of, routed, unchecked
 from toolfleet.producer.catalog import Catalog
-from toolfleet.shared import CallContext, Status, ToolCallRequest, ToolCallResult
+from toolfleet.shared import CallContext, ToolCallRequest
+from toolfleet.shared.affinity import Route, decode_route, encode_route, session_lost_reason
+from toolfleet.shared.naming import route_key
 from toolfleet.shared.preparing import partial_arguments, preparation_text
 from toolfleet.shared.toolkit import Toolkit
 
@@ -86,45 +88,50 @@ def _request(conversation: str | None) -> ToolCallRequest:
     )
 
 
-def _result(route: str | None, worker: str | None = "h:1") -> ToolCallResult:
-    return ToolCallResult(
-        id="r1", function="ext_python_run", status=Status.OK, worker=worker, route=route
-    )
-
-
-def test_routes_follow_a_live_slot_and_fall_back_when_it_is_gone() -> None:
-    """A learned route is used while live (or not yet checked); a dead one falls back for good."""
-    routes = Routes()
+def test_a_route_is_followed_while_its_slot_is_live_and_names_its_holder_either_way() -> None:
+    """A live slot gets the call; a dead one sends it to the tool's queue; both name the holder."""
     slot = "tools.python.slot.h-1-0"
+    route = Route(slot, "h:1")
     request = _request("c1")
-    assert routes.route(request, _catalog({"tools.python"}, {"tools.python"}), "tools.python") == (
-        "tools.python"
-    )
-    routes.learn(request, _result(slot))
-    assert routes.queues() == {slot}
-    assert routes.route(request, _catalog(set(), set()), "tools.python") == slot  # unchecked
-    assert routes.route(request, _catalog({slot}, {slot}), "tools.python") == slot
-    assert routes.route(request, _catalog(set(), {slot}), "tools.python") == "tools.python"
-    assert routes.queues() == set()
-    assert routes.route(request, _catalog({slot}, {slot}), "tools.python") == "tools.python"
+    queue, sent = routed(request, route, "tools.python", {slot})
+    assert (queue, sent.session_holder) == (slot, "h:1")
+    queue, sent = routed(request, route, "tools.python", {"tools.python"})
+    assert (queue, sent.session_holder) == ("tools.python", "h:1")
+    assert routed(request, None, "tools.python", {slot}) == ("tools.python", request)
 
 
-def test_routes_ignore_calls_without_a_conversation_and_local_results() -> None:
-    """No conversation, no route; a producer-made result (no worker) keeps the route."""
-    routes = Routes()
-    routes.learn(_request(None), _result("tools.python.slot.h-1-0"))
-    assert routes.queues() == set()
-    request = _request("c2")
-    routes.learn(request, _result("tools.python.slot.h-1-0"))
-    routes.learn(request, _result(None, worker=None))
-    assert routes.queues() == {"tools.python.slot.h-1-0"}
-    routes.learn(request, _result(None, worker="h:2"))
-    assert routes.queues() == set()
+def test_only_conversation_calls_to_tools_with_affinity_read_a_route() -> None:
+    """No conversation, or a tool without affinity: no route key, so no Redis command."""
+    catalog = _catalog(set(), set())
+    assert route_key_of(_request(None), catalog, "ns") is None
+    other = _request("c1").model_copy(update={"function": "ext_other_tool"})
+    assert route_key_of(other, catalog, "ns") is None
+    key = route_key_of(_request("c1"), catalog, "ns")
+    assert key == route_key("ns", "acme", "c1", "ext_python_run")
+    assert key != route_key("ns", "other", "c1", "ext_python_run")
 
 
-def test_routes_forget_the_least_recent_conversation_beyond_the_bound() -> None:
-    """The memory is bounded: the oldest conversation's route goes first."""
-    routes = Routes(max_conversations=2)
-    for n in range(3):
-        routes.learn(_request(f"c{n}"), _result(f"tools.python.slot.s-{n}"))
-    assert routes.queues() == {"tools.python.slot.s-1", "tools.python.slot.s-2"}
+def test_slots_the_catalog_has_not_read_are_checked_and_the_watch_is_bounded() -> None:
+    """unchecked() lists slot queues the snapshot lacks; SlotWatch forgets the oldest."""
+    catalog = _catalog({"tools.python.slot.a"}, {"tools.python.slot.a"})
+    routes = [Route("tools.python.slot.a", "h:1"), Route("tools.python.slot.b", "h:2"), None]
+    assert unchecked(routes, catalog) == ["tools.python.slot.b"]
+    watch = SlotWatch(max_slots=2)
+    watch.add(["s1", "s2"])
+    watch.add(["s3"])
+    assert watch.queues() == {"s2", "s3"}
+
+
+def test_route_records_round_trip_and_bad_ones_are_no_route() -> None:
+    """A record decodes to its route; anything else is no route (never an error)."""
+    route = Route("tools.python.slot.h-1-0", "h:1")
+    assert decode_route(encode_route(route)) == route
+    for bad in (None, b"x", b"[]", b'{"queue": "q"}', b'{"queue": 1, "worker": "w"}'):
+        assert decode_route(bad) is None
+
+
+def test_a_session_is_lost_only_when_another_process_held_it() -> None:
+    """The holder itself, or no known holder, has nothing to say; another process is gone."""
+    assert session_lost_reason(None, "h:1") is None
+    assert session_lost_reason("h:1", "h:1") is None
+    assert session_lost_reason("h:1", "h:2") == "the worker process that held it (h:1) is gone"

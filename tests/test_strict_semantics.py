@@ -12,6 +12,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -154,7 +155,8 @@ def _keywords(schema: Any, path: str = "#") -> Iterator[tuple[str, str]]:
 
 def _builtin_entries() -> list[dict[str, Any]]:
     registry = Registry()
-    for ext in (bfcl_extension, date_extension, python_extension):
+    # the python tool's schema, whether or not this host can run its sandbox (its preflight)
+    for ext in (bfcl_extension, date_extension, replace(python_extension, preflight=None)):
         registry.add_extension(ext)
     return [served.catalog_entry().model_dump(mode="json") for served in registry.served.values()]
 

@@ -23,6 +23,7 @@ import redis
 from toolfleet.producer.publish import Publisher
 from toolfleet.shared import codec
 from toolfleet.shared.naming import dead_letters_key
+from toolfleet.shared.tenancy.enqueue import Refused
 from toolfleet.shared.wire import ToolCallRequest, new_call_id
 
 __all__ = ["DeadLetter", "RetryRefused", "delete_dead_letter", "parse_dead_letter", "retry"]
@@ -96,9 +97,10 @@ def retry(client: redis.Redis, namespace: str, queue: str, redis_id: str) -> str
     except redis.RedisError:
         _put_back(client, key, redis_id, body, died)
         raise
-    if refused is not None:
+    if refused is not None:  # a quota's refusal (no idempotency key: never a duplicate)
         _put_back(client, key, redis_id, body, died)
-        raise RetryRefused(f"refused by the fleet: {refused.message}")
+        why = refused.message if isinstance(refused, Refused) else "a duplicate call"
+        raise RetryRefused(f"refused by the fleet: {why}")
     return fresh.id
 
 

@@ -120,13 +120,18 @@ class SessionPool:
     def __len__(self) -> int:
         return len(self._sessions)
 
-    async def run(self, key: str | None, code: str, *, deadline: float) -> CellOutput:
+    async def run(
+        self, key: str | None, code: str, *, deadline: float, lost: str | None = None
+    ) -> CellOutput:
         """Run ``code`` in the session of ``key`` (``None``: a throw-away interpreter).
 
         Args:
             key: the conversation's key, or ``None`` for no persistence.
             code: Python source.
             deadline: event-loop time at which the interpreter is killed.
+            lost: why the conversation's earlier interpreter is not in this process
+                (``ExtensionContext.session_lost``): told to the model when the call
+                starts a new session here (a session this process holds is kept).
 
         Raises:
             InterpreterTimeout: ``deadline`` passed while the code ran.
@@ -139,20 +144,20 @@ class SessionPool:
                 return await session.run(code, deadline=deadline)
             finally:
                 session.stop("single call")
-        session = self._acquire(key)
+        session = self._acquire(key, lost)
         try:
             async with session.lock:
                 return await session.run(code, deadline=deadline)
         finally:
             self._release(key, session)
 
-    def _acquire(self, key: str) -> Session:
+    def _acquire(self, key: str, lost: str | None = None) -> Session:
         session = self._sessions.get(key)
         if session is not None and session.loop is not asyncio.get_running_loop():
             self._drop(key, session, "the worker's event loop was replaced")
             session = None
         if session is None:
-            session = Session(self.config, self._lost.pop(key, None))
+            session = Session(self.config, self._lost.pop(key, None) or lost)
             self._sessions[key] = session
         self._sessions.move_to_end(key)
         session.users += 1

@@ -141,7 +141,10 @@ class Run(Tool):
             limit_s = min(limit_s, self.timeout_s)
         try:
             cell = await self.pool().run(
-                session_key(context), arguments.code, deadline=loop.time() + limit_s
+                session_key(context),
+                arguments.code,
+                deadline=loop.time() + limit_s,
+                lost=context.session_lost,
             )
         except InterpreterTimeout:
             await asyncio.sleep(CANCEL_GRACE_S)  # the worker's cancellation answers `timeout`

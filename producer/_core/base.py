@@ -39,6 +39,8 @@ class ClientBase(ABC):
 
     #: the shell's reply listener (``mark_soon``, ``rearm``)
     _listener: Any
+    #: the shell's poller of the outcomes duplicates wait for (``wake``)
+    _follower: Any
 
     def __init__(
         self,
@@ -79,25 +81,31 @@ class ClientBase(ABC):
         self._slots = slots
         self._core = ProducerCore(self._config, slots.release,
                                   lambda call_id: self._listener.mark_soon(call_id),
-                                  lambda: self._listener.rearm())  # fmt: skip
+                                  lambda: self._listener.rearm(),
+                                  lambda: self._follower.wake())  # fmt: skip
         self.client_id = self._core.identity.client_id
         self.reply_to = self._core.identity.reply_to
 
     def _request(
         self, function: Any, arguments: Any, tool_call_id: Any, context: Any, timeout_s: Any,
-        call_id: Any = None, max_result_bytes: Any = None,
+        call_id: Any = None, max_result_bytes: Any = None, *, schema_hash: Any = None,
     ) -> ToolCallRequest:  # fmt: skip
         """A new request of this client (raises ``ClientError`` for bad arguments)."""
         return build_request(function, arguments, tool_call_id=tool_call_id,
                              context=make_context(context), timeout_s=check_timeout(timeout_s),
                              reply_to=self.reply_to, call_id=call_id,
-                             max_result_bytes=check_budget(max_result_bytes))  # fmt: skip
+                             max_result_bytes=check_budget(max_result_bytes),
+                             schema_hash=schema_hash)  # fmt: skip
 
     def _starter(self, tool_calls: Any, options: dict[str, Any]) -> Callable[[Any], Any]:
-        """What a turn's stream calls to publish it (options: the keywords of ``dispatch``)."""
+        """What a turn's stream calls to publish it.
+
+        ``options``: ``context``, ``timeout_s``, ``idempotency_key``, ``max_result_bytes``.
+        """
         context, timeout_s = options.get("context"), options.get("timeout_s", 30.0)
+        key = options.get("idempotency_key")
         budget = check_budget(options.get("max_result_bytes"))
-        return lambda emit: self._start_turn(tool_calls, context, timeout_s, emit, budget)  # type: ignore[attr-defined]
+        return lambda emit: self._start_turn(tool_calls, context, timeout_s, emit, key, budget)  # type: ignore[attr-defined]
 
     @abstractmethod
     def _live(self) -> None:
@@ -113,21 +121,32 @@ class ClientBase(ABC):
     @abstractmethod
     def submit(self, function: str, arguments: Arguments = None, *,
                tool_call_id: str | None = None, context: CallContext | dict[str, Any] | None = None,
-               timeout_s: float = 30.0, max_result_bytes: int | None = None) -> Any:  # fmt: skip
+               timeout_s: float = 30.0, schema_hash: str | None = None,
+               idempotency_key: str | None = None,
+               max_result_bytes: int | None = None) -> Any:  # fmt: skip
         """Publish one call; its future resolves by ``timeout_s`` at the latest.
 
         ``function``: e.g. ``ext_bfcl_math_factorial``; ``arguments``: a JSON object or the
         model's raw JSON string; ``tool_call_id``: the model's id, carried through;
         ``context``: a :class:`CallContext` or a dict of its fields; ``timeout_s``: seconds
-        to the deadline; ``max_result_bytes``: the most bytes its result may take
-        encoded, at least 64 (the model's context budget; the tool's ``result_shaping``
-        decides what a larger result becomes; ``None``: the worker's limit, which also
-        caps it). Returns a ``CallFuture`` (``ToolClient``) or an ``AsyncCallFuture``
-        (awaited, from ``AsyncToolClient``); ``future.call_id`` is what :meth:`cancel` takes.
+        to the deadline; ``schema_hash``: the schema hash the model was shown (the exported
+        tool's ``toolfleet/schema_hash`` metadata, see ``tools(metadata=True)``): a worker
+        whose tool's schema differs answers ``not_available`` ("the tool changed since it
+        was listed: list tools again") without running it; ``idempotency_key``: names the
+        call, so that submitting it again (same key and account) within ``reply_ttl_s``
+        after its deadline runs nothing and resolves with the first call's outcome
+        (``result.duplicate_of`` names it; see :mod:`toolfleet.shared.idempotency`);
+        ``max_result_bytes``: the most bytes its result may take encoded, at least 64 (the
+        model's context budget; the tool's ``result_shaping`` decides what a larger result
+        becomes; ``None``: the worker's limit, which also caps it).
+        Returns a ``CallFuture`` (``ToolClient``) or an ``AsyncCallFuture`` (awaited, from
+        ``AsyncToolClient``); ``future.call_id`` is what :meth:`cancel` takes.
 
         Raises:
             ClientClosedError: the client is closed.
             BackpressureError: no in-flight slot within ``submit_timeout_s``.
+            IdempotencyKeyError: ``idempotency_key`` was used for another function or other
+                arguments (nothing was published).
             ClientError: bad arguments to this method.
         """
 
@@ -138,6 +157,7 @@ class ClientBase(ABC):
     @abstractmethod
     def dispatch(self, tool_calls: Any, *, context: CallContext | dict[str, Any] | None = None,
                  timeout_s: float = 30.0, on_event: Callable[[Any], object] | None = None,
+                 idempotency_key: str | None = None,
                  max_result_bytes: int | None = None) -> Any:  # fmt: skip
         """Run every tool call of one model turn; return the answers to append, in order.
 
@@ -148,9 +168,13 @@ class ClientBase(ABC):
         caller's thread (or loop); if it raises, the calls still running are canceled.
         ``max_result_bytes``: one budget for all the turn's results, split equally
         between its calls (at least 64 bytes each; :func:`turn_share`).
+        ``idempotency_key``: as for :meth:`submit`, for each call of the turn by its
+        position (the same turn again is answered with the first turn's outcomes).
 
         Raises:
             ClientClosedError: the client is closed.
+            IdempotencyKeyError: ``idempotency_key`` was used for a different turn (raised
+                once every call of this one is answered).
             ClientError: ``tool_calls`` is no known format, or a bad context or timeout.
         """
 
@@ -162,16 +186,19 @@ class ClientBase(ABC):
         yields per call ``queued`` → ``running`` → ``progress``… → ``result``; it ends after
         the last ``result``, by the deadline at the latest, and ``events.messages`` holds
         what :meth:`dispatch` returns. Leaving the block early cancels the calls still
-        running. ``options``: ``context``, ``timeout_s``, ``max_result_bytes`` (as for
-        :meth:`dispatch`).
+        running. ``options``: ``context``, ``timeout_s``, ``idempotency_key``,
+        ``max_result_bytes`` (as for :meth:`dispatch`).
         """
 
     @abstractmethod
     def tools(self, *, account: str | None = None, format: str = "openai",  # noqa: A002
-              include_unavailable: bool = False) -> Any:  # fmt: skip
+              include_unavailable: bool = False, metadata: bool = False) -> Any:  # fmt: skip
         """The tools ``account`` may call (``include_unavailable``: all) in ``format``.
 
         Formats: ``openai``, ``openai-strict``, ``responses``, ``anthropic``, ``mcp``.
+        ``mcp`` tools carry their schema hash in ``_meta["toolfleet/schema_hash"]``; with
+        ``metadata`` the other formats carry it in ``metadata`` (strip that object before
+        sending the list to the model's API); pass it to ``submit(schema_hash=...)``.
 
         Raises:
             ValueError: unknown format.

@@ -17,14 +17,13 @@ import redis
 from pydantic import ValidationError
 
 from toolfleet.producer._redis import DeadlinePassed
-from toolfleet.producer.affinity import Routes
 from toolfleet.producer.backpressure import QueueLengths
 from toolfleet.producer.catalog import Catalog
 from toolfleet.producer.turns import TurnCall
 from toolfleet.shared import codec
 from toolfleet.shared.catalog import Refusal
 from toolfleet.shared.errors import ClientError
-from toolfleet.shared.limits import MAX_DEPTH, timeout_problem
+from toolfleet.shared.limits import MAX_DEPTH, MAX_NAME_CHARS, timeout_problem
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.shaping import MIN_BUDGET_BYTES
 from toolfleet.shared.wire import (
@@ -43,6 +42,7 @@ __all__ = [
     "arguments_size",
     "build_request",
     "catalog_refusal",
+    "check_idempotency_key",
     "check_timeout",
     "local_result",
     "make_context",
@@ -92,6 +92,19 @@ def check_timeout(timeout_s: Any) -> float:
     return float(timeout_s)
 
 
+def check_idempotency_key(key: Any) -> str:
+    """``key`` as an idempotency key (:mod:`toolfleet.shared.idempotency`).
+
+    Raises:
+        ClientError: not a non-empty string of at most ``MAX_NAME_CHARS`` (256) characters.
+    """
+    if not isinstance(key, str) or not key or len(key) > MAX_NAME_CHARS:
+        raise ClientError(
+            f"idempotency_key must be a non-empty string of at most {MAX_NAME_CHARS} characters"
+        )
+    return key
+
+
 def make_context(context: CallContext | dict[str, Any] | None) -> CallContext:
     """A :class:`CallContext` from an object, a dict of its fields, or ``None``.
 
@@ -134,6 +147,7 @@ def build_request(
     events: bool = False,
     call_id: str | None = None,
     max_result_bytes: int | None = None,
+    schema_hash: str | None = None,
 ) -> ToolCallRequest:
     """A new :class:`ToolCallRequest` with a fresh id (or ``call_id``).
 
@@ -151,10 +165,12 @@ def build_request(
             all exactly-once bookkeeping keys on it); ``None``: a fresh random one.
         max_result_bytes: the most bytes the result may take encoded (at least 64), or
             ``None`` for the worker's limit.
+        schema_hash: the schema hash the caller's model was shown (from the exported
+            tool's metadata); a worker whose tool's schema differs refuses the call.
 
     Raises:
-        ClientError: a bad function name, arguments, tool_call_id or call_id, or a field
-            over its bound (:mod:`toolfleet.shared.limits`; the message names the field).
+        ClientError: a bad function name, arguments, tool_call_id, call_id or schema_hash,
+            or a field over its bound (:mod:`toolfleet.shared.limits`; the message names the field).
     """
     if not isinstance(function, str) or not function:
         raise ClientError("function must be a non-empty string")
@@ -164,6 +180,8 @@ def build_request(
         raise ClientError("tool_call_id must be a string")
     if call_id is not None and not _canonical_uuid(call_id):
         raise ClientError("call_id must be a UUID string in canonical form")
+    if schema_hash is not None and not isinstance(schema_hash, str):
+        raise ClientError("schema_hash must be a string")
     now = time.time()
     try:
         return ToolCallRequest(
@@ -178,6 +196,7 @@ def build_request(
             sent_at=now,
             events=events,
             max_result_bytes=max_result_bytes,
+            schema_hash=schema_hash,
         )
     except ValidationError as exc:
         raise ClientError(f"bad call: {validation_problems(exc)}") from None
@@ -217,14 +236,15 @@ def admit(
     catalog: Catalog,
     settings: Settings,
     lengths: QueueLengths,
-    routes: Routes | None = None,
 ) -> str | Refusal:
     """The queue to publish ``request`` on, or why the producer answers it itself.
 
     Checks, in order: argument size, a catalog entry, a live worker (and enabled,
     switched on, available to the account), then room in the queue (which reserves one
     message of it in ``lengths``). A conversation's call to a tool with session
-    affinity goes to the route its last result named while it is live (``routes``).
+    affinity may then go to its route instead (:mod:`toolfleet.producer.affinity`).
+    An admitted request is given the identity of the tool the catalog lists its name as
+    (``request.identity``), so that no worker serving another tool under that name runs it.
 
     Raises:
         ClientError: arguments that are not JSON.
@@ -241,7 +261,9 @@ def admit(
     refusal = catalog.refusal(request.function, request.context.account)
     if refusal is not None:
         return refusal
-    queue = catalog.typed[request.function].queue
+    entry = catalog.typed[request.function]
+    queue = entry.queue
+    request.identity = entry.identity
     held = lengths.reserve(catalog, queue)
     if held is not None:
         message = (
@@ -249,7 +271,7 @@ def admit(
             "(TOOLFLEET_MAX_QUEUE_LENGTH): the fleet is overloaded, try again later"
         )
         return Refusal(Status.REJECTED, message)
-    return routes.route(request, catalog, queue) if routes is not None else queue
+    return queue
 
 
 def local_result(request: ToolCallRequest, status: Status, message: str) -> ToolCallResult:
@@ -332,7 +354,6 @@ def prepare_turn_call(
     catalog: Catalog | Refusal,
     settings: Settings,
     lengths: QueueLengths,
-    routes: Routes | None = None,
     max_result_bytes: int | None = None,
 ) -> ToolCallResult | tuple[str, ToolCallRequest]:
     """A turn's call, ready to publish as ``(queue, request)``, or answered at once.
@@ -348,7 +369,6 @@ def prepare_turn_call(
             read (:func:`catalog_refusal`).
         settings: the client's settings.
         lengths: the queue-length accounting.
-        routes: the client's session-affinity routes.
         max_result_bytes: this call's share of the turn's result budget, bytes, or ``None``.
     """
     if call.problem:
@@ -384,7 +404,7 @@ def prepare_turn_call(
     if isinstance(catalog, Refusal):
         return local_result(request, catalog.status, catalog.message)
     try:
-        admitted = admit(request, catalog, settings, lengths, routes)
+        admitted = admit(request, catalog, settings, lengths)
     except ClientError as exc:
         return local_result(request, Status.REJECTED, str(exc))
     if isinstance(admitted, Refusal):

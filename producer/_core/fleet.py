@@ -20,11 +20,19 @@ import orjson
 from toolfleet.shared import scripts
 from toolfleet.shared.cancels import REQUESTED, RESOLVED
 from toolfleet.shared.limits import DEADLINE_SLACK_S, MAX_TIMEOUT_S
-from toolfleet.shared.naming import cancel_channel, cancel_key, outcome_key, queue_msgs_key
+from toolfleet.shared.naming import (
+    cancel_channel,
+    cancel_key,
+    outcome_key,
+    queue_msgs_key,
+    workers_key,
+)
 from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallRequest, ToolCallResult
 
 __all__ = [
     "CANCEL_QUEUED_SCRIPT",
+    "count_live",
+    "read_routes",
     "QueuedCancel",
     "outcomes_of",
     "queue_find_queued",
@@ -141,3 +149,26 @@ def queued_cancel(namespace: str, request: ToolCallRequest, reply_ttl_s: int) ->
         request.id,
     ]
     return QueuedCancel(keys, args)
+
+
+def read_routes(pipe: Any, keys: Sequence[str], ttl_s: int) -> Any:
+    """Read conversation route records on ``pipe``, each kept ``ttl_s`` seconds longer.
+
+    One ``GETEX ... EX`` per key, one round trip (:mod:`toolfleet.producer.affinity`).
+    Returns what ``pipe.execute()`` returns (awaitable for an asyncio pipeline): per key,
+    the record or ``None``.
+    """
+    for key in keys:
+        pipe.getex(key, ex=ttl_s)
+    return pipe.execute()
+
+
+def count_live(pipe: Any, namespace: str, queues: Sequence[str], worker_ttl_s: float) -> Any:
+    """Count each queue's workers that beat within ``worker_ttl_s`` seconds, on ``pipe``.
+
+    Returns what ``pipe.execute()`` returns (awaitable for an asyncio pipeline).
+    """
+    since = time.time() - worker_ttl_s
+    for queue in queues:
+        pipe.zcount(workers_key(namespace, queue), since, "+inf")
+    return pipe.execute()

@@ -16,8 +16,11 @@ def tool_list(
     account: str | None,
     format: str,
     include_unavailable: bool,  # noqa: A002
+    metadata: bool = False,
 ) -> list[dict[str, Any]]:
     """The catalog's tools for ``account`` as a ``format`` tool list; fires ``tool_presented``.
+
+    ``metadata``: each tool carries its schema hash (:func:`export_tools`).
 
     Raises:
         ValueError: unknown format.
@@ -27,6 +30,6 @@ def tool_list(
         for name, e in sorted(catalog.entries.items())
         if include_unavailable or not catalog.refusal(name, account)
     ]
-    tools = export_tools(entries, format)
+    tools = export_tools(entries, format, metadata=metadata)
     present([str(e.get("name")) for e in entries], account, format)
     return tools

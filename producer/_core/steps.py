@@ -16,6 +16,8 @@ The steps:
 - :class:`AnswerQueued` -> 1 when the call was answered ``canceled``, 0 when it had its
   outcome already.
 - :class:`ForeignCancel` -> ``(finished, marked, receivers)``.
+- :class:`ReadRoutes` -> per key, the conversation's route record (bytes) or ``None``.
+- :class:`CheckLive` -> per queue, how many workers beat on it within the worker TTL.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from toolfleet.producer._core.calls import (
     Refusal,
     admit,
     catalog_refusal,
+    check_idempotency_key,
     check_timeout,
     local_result,
     make_context,
@@ -40,26 +43,31 @@ from toolfleet.producer._core.calls import (
 )
 from toolfleet.producer._core.config import ClientConfig, Identity
 from toolfleet.producer._core.fleet import QueuedCancel, queued_cancel, queued_request
+from toolfleet.producer._core.follow import Following
 from toolfleet.producer._core.listing import tool_list
 from toolfleet.producer._core.observe import count_refused, count_unknown
 from toolfleet.producer._core.pending import PendingTable, ResultFuture, settle
 from toolfleet.producer._redis import connection_failed
-from toolfleet.producer.affinity import Routes, learn_route
+from toolfleet.producer.affinity import SlotWatch, route_key_of, routed, unchecked
 from toolfleet.producer.backpressure import QueueLengths, backpressure_error
 from toolfleet.producer.catalog import Catalog
 from toolfleet.producer.events import CallEvent, preparing_event
 from toolfleet.producer.hooks import fire_refused, fire_requested
 from toolfleet.producer.publish import Outcome
 from toolfleet.producer.stream import TurnState
-from toolfleet.producer.turns import parse_tool_calls
-from toolfleet.shared.errors import ClientClosedError
+from toolfleet.producer.turns import TurnCall, parse_tool_calls
+from toolfleet.shared.affinity import decode_route
+from toolfleet.shared.errors import ClientClosedError, IdempotencyKeyError
 from toolfleet.shared.extension_errors import current_errors
+from toolfleet.shared.idempotency import Duplicate, Idempotency, fingerprint, misuse_message
 from toolfleet.shared.metric_labels import function_label
+from toolfleet.shared.naming import idempotency_key
 from toolfleet.shared.tenancy.enqueue import Refused
 from toolfleet.shared.wire import CallContext, Status, ToolCallRequest, ToolCallResult
 
 __all__ = [
     "AnswerQueued",
+    "CheckLive",
     "Done",
     "FindQueued",
     "ForeignCancel",
@@ -67,6 +75,7 @@ __all__ = [
     "ProducerCore",
     "Publish",
     "ReadCatalog",
+    "ReadRoutes",
     "Step",
     "TakeSlot",
     "advance",
@@ -98,12 +107,29 @@ class Publish:
     """Publish ``items`` (``(queue, request)``), waiting no later than ``deadline`` (epoch s).
 
     ``no_breaker``: the functions whose catalog entry declares no breaker (the enqueue
-    script does not read their breaker state).
+    script does not read their breaker state); ``keys``: the idempotency keys of the
+    requests that carry one, by request id.
     """
 
     items: list[tuple[str, ToolCallRequest]]
     deadline: float
     no_breaker: frozenset[str] = frozenset()
+    keys: dict[str, Idempotency] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRoutes:
+    """Read (``GETEX``, keeping them ``ttl_s`` seconds longer) the route records ``keys``."""
+
+    keys: list[str]
+    ttl_s: int
+
+
+@dataclass(frozen=True, slots=True)
+class CheckLive:
+    """Count the live workers of each of ``queues`` (slot queues met for the first time)."""
+
+    queues: list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +175,8 @@ Step = (
     | AnswerQueued
     | ForeignCancel
     | ReadExtensionErrors
+    | ReadRoutes
+    | CheckLive
 )
 
 
@@ -175,10 +203,14 @@ class ProducerCore:
         on_settled: gives an in-flight slot back (once per published call).
         on_cancel: cancels in the fleet a call whose future its caller canceled.
         on_earliest: the earliest deadline moved (the shell's timer re-arms).
+        on_follow: a duplicate began waiting in :attr:`following` (the shell's poller runs).
 
     Attributes:
         identity: this process's client id and reply list.
         table: the calls in flight.
+        following: the duplicates (idempotency keys) waiting for their first call's outcome.
+        slots: the session-affinity slot queues met in routes (their liveness is read
+            with the catalog).
     """
 
     def __init__(
@@ -187,12 +219,15 @@ class ProducerCore:
         on_settled: Callable[[], None],
         on_cancel: Callable[[str], None] | None = None,
         on_earliest: Callable[[], None] | None = None,
+        on_follow: Callable[[], None] | None = None,
     ) -> None:
         self.config = config
         self.identity = Identity.new(config.namespace)
         self.table = PendingTable(on_settled, on_cancel, on_earliest)
+        self.following = Following(config.namespace)
+        self._on_follow = on_follow
         self.lengths = QueueLengths(config.settings.max_queue_length)
-        self.routes = Routes()
+        self.slots = SlotWatch()
 
     def slot_wait_s(self, deadline: float) -> float:
         """Seconds a call may wait for a slot: ``submit_timeout_s``, never past ``deadline``."""
@@ -214,23 +249,59 @@ class ProducerCore:
             ClientClosedError: the client is closed (the future is answered ``rejected``).
         """
         fire_requested(request)
-        if request.context.conversation:
-            future.add_done_callback(lambda done: learn_route(self.routes, request, done))
         try:
             self.table.add(request, future, sink, label=label)
         except RuntimeError:
             raise ClientClosedError("the client is closed") from None
 
-    def published(self, request: ToolCallRequest, outcome: Outcome, label: str) -> None:
+    def idempotency(
+        self, request: ToolCallRequest, key: Any, index: int | None = None
+    ) -> Idempotency | None:
+        """The idempotency key of ``request`` ready for the enqueue script (``None``: none).
+
+        Args:
+            request: the call.
+            key: the caller's key, or ``None``.
+            index: the call's position in a turn made under ``key``.
+
+        Raises:
+            ClientError: a key that is not a non-empty string of at most 256 characters.
+        """
+        if key is None:
+            return None
+        key = check_idempotency_key(key)
+        record = idempotency_key(self.config.namespace, request.context.account, key, index)
+        return Idempotency(key, record, fingerprint(request.function, request.arguments))
+
+    def published(
+        self,
+        request: ToolCallRequest,
+        outcome: Outcome,
+        label: str,
+        idempotency: Idempotency | None = None,
+    ) -> None:
         """Settle a call by its publish outcome, unless it was published (or may have been).
 
         ``label`` is the call's ``function`` metric label (as given to :meth:`register`).
+        A duplicate of an earlier call (same idempotency key, same call) waits for that
+        call's outcome in :attr:`following`.
 
         Raises:
+            IdempotencyKeyError: the call's idempotency key was used for a different call
+                (after answering the call ``rejected``).
             Exception: ``outcome`` when it is not a Redis failure (after answering the
                 call ``rejected``).
         """
         if outcome is None:
+            return
+        if isinstance(outcome, Duplicate):
+            if outcome.misuse:
+                message = misuse_message(idempotency.key if idempotency else "")
+                self.table.resolve(request.id, Status.REJECTED, message, queued_s=0.0)
+                raise IdempotencyKeyError(message)
+            self.following.add(request, outcome.call_id)
+            if self._on_follow is not None:
+                self._on_follow()
             return
         if isinstance(outcome, Refused):  # over a quota or breaker open: nothing published
             count_refused(label, outcome.reason)
@@ -255,13 +326,18 @@ class ProducerCore:
 
     # -- operations ----------------------------------------------------------------------
 
-    def submit(self, request: ToolCallRequest, future: ResultFuture) -> Generator[Step, Any, None]:
+    def submit(
+        self, request: ToolCallRequest, future: ResultFuture, idempotency_key: Any = None
+    ) -> Generator[Step, Any, None]:
         """Admit, publish and register one call (see ``ToolClient.submit``).
 
         Raises:
             BackpressureError: no in-flight slot within the wait.
             ClientClosedError: the client closed.
+            ClientError: a bad ``idempotency_key``.
+            IdempotencyKeyError: ``idempotency_key`` was used for a different call.
         """
+        idempotency = self.idempotency(request, idempotency_key)
         try:
             catalog = yield ReadCatalog(request.function, request.deadline)
         except REDIS_FAILURES as exc:
@@ -269,11 +345,12 @@ class ProducerCore:
             refused = local_result(request, refusal.status, refusal.message)
             settle(future, self._refused(refused, request.context))
             return
-        admitted = admit(request, catalog, self.config.settings, self.lengths, self.routes)
+        admitted = admit(request, catalog, self.config.settings, self.lengths)
         if isinstance(admitted, Refusal):
             refused = local_result(request, admitted.status, admitted.message)
             settle(future, self._refused(refused, request.context))
             return
+        ((admitted, request),) = yield from self._route([(admitted, request)], catalog)
         if not (yield TakeSlot(None)):
             wait_s = self.slot_wait_s(request.deadline)
             if not (yield TakeSlot(wait_s)):
@@ -282,10 +359,11 @@ class ProducerCore:
         self.register(request, future, None, label)
         try:
             no_breaker = catalog.without_breaker([request.function])
-            (outcome,) = yield Publish([(admitted, request)], request.deadline, no_breaker)
+            keys = {request.id: idempotency} if idempotency is not None else None
+            (outcome,) = yield Publish([(admitted, request)], request.deadline, no_breaker, keys)
         except Exception as exc:  # noqa: BLE001 - classified by published()
             outcome = exc
-        self.published(request, outcome, label)
+        self.published(request, outcome, label, idempotency)
 
     def turn(
         self,
@@ -294,10 +372,13 @@ class ProducerCore:
         timeout_s: float,
         emit: Callable[[CallEvent], None] | None,
         new_future: Callable[[str], ResultFuture],
+        idempotency_key: Any = None,
         max_result_bytes: int | None = None,
     ) -> Generator[Step, Any, TurnState]:
         """Parse a turn, answer what the producer refuses, publish the rest in batches.
 
+        With ``idempotency_key`` each call of the turn carries the key and its position
+        (the same turn submitted again is answered call by call with the first outcomes).
         ``max_result_bytes`` (checked already) is the turn's budget for all its results,
         split between its calls (:func:`turn_share`).
 
@@ -305,8 +386,12 @@ class ProducerCore:
             The turn's state (``state.deadline``: its deadline, epoch seconds).
 
         Raises:
-            ClientError: not a turn, or a bad context or timeout.
+            ClientError: not a turn, or a bad context, timeout or ``idempotency_key``.
+            IdempotencyKeyError: ``idempotency_key`` was used for a different turn (after
+                the turn's other calls were published and every call answered).
         """
+        if idempotency_key is not None:
+            check_idempotency_key(idempotency_key)  # before anything is published
         turn = parse_tool_calls(tool_calls)
         ctx = make_context(context)
         timeout_s = check_timeout(timeout_s)
@@ -320,6 +405,8 @@ class ProducerCore:
                 catalog = catalog_refusal(exc, timeout_s)
         batch: list[tuple[int, str, ToolCallRequest]] = []
         share = turn_share(max_result_bytes, len(turn.calls))
+        keys: dict[str, Idempotency] = {}
+        admitted: list[tuple[TurnCall, tuple[str, ToolCallRequest]]] = []
         for call in turn.calls:
             prepared = prepare_turn_call(
                 call,
@@ -331,15 +418,21 @@ class ProducerCore:
                 catalog=catalog,
                 settings=self.config.settings,
                 lengths=self.lengths,
-                routes=self.routes,
                 max_result_bytes=share,
             )
             if isinstance(prepared, ToolCallResult):
                 state.answer(call.index, self._refused(prepared, ctx))
                 continue
-            queue_name, request = prepared
+            admitted.append((call, prepared))
+        if isinstance(catalog, Catalog):
+            places = yield from self._route([item for _, item in admitted], catalog)
+            admitted = [(call, place) for (call, _), place in zip(admitted, places, strict=True)]
+        for call, (queue_name, request) in admitted:
+            idempotency = self.idempotency(request, idempotency_key, call.index)
+            if idempotency is not None:
+                keys[request.id] = idempotency
             if not (yield TakeSlot(None)):
-                yield from self._publish_batch(state, batch, new_future, catalog)  # gathered go now
+                yield from self._publish_batch(state, batch, new_future, catalog, keys)
                 batch = []
                 wait_s = self.slot_wait_s(state.deadline)
                 if not (yield TakeSlot(wait_s)):
@@ -348,7 +441,7 @@ class ProducerCore:
                     state.answer(call.index, self._refused(refused, ctx))
                     continue
             batch.append((call.index, queue_name, request))
-        yield from self._publish_batch(state, batch, new_future, catalog)
+        yield from self._publish_batch(state, batch, new_future, catalog, keys)
         return state
 
     def tools(
@@ -356,6 +449,7 @@ class ProducerCore:
         account: str | None,
         format: str,
         include_unavailable: bool,  # noqa: A002
+        metadata: bool = False,
     ) -> Generator[Step, Any, list[dict[str, Any]]]:
         """The catalog's tools for ``account`` in ``format`` (see ``ToolClient.tools``).
 
@@ -364,7 +458,7 @@ class ProducerCore:
             ConnectionFailed: Redis unreachable or failing.
         """
         catalog = yield from self._read(ReadCatalog(None), "the tool catalog")
-        return tool_list(catalog, account, format, include_unavailable)
+        return tool_list(catalog, account, format, include_unavailable, metadata)
 
     def preparing(
         self, function: str, partial: Any, tool_call_id: str | None, index: int
@@ -448,16 +542,53 @@ class ProducerCore:
         answered = yield AnswerQueued(queued_cancel(self.config.namespace, request, ttl_s))
         return bool(answered)
 
+    def _route(
+        self, items: list[tuple[str, ToolCallRequest]], catalog: Catalog
+    ) -> Generator[Step, Any, list[tuple[str, ToolCallRequest]]]:
+        """Where each admitted call goes: its conversation's route (session affinity) or its queue.
+
+        One ``ReadRoutes`` for the calls that carry a conversation to a tool with
+        affinity (none: no step at all), and one ``CheckLive`` for slot queues the
+        catalog has not read yet. When Redis fails here the calls go to their own queues
+        (their publish meets the same Redis).
+        """
+        ns = self.config.namespace
+        wanted = [
+            (i, key) for i, (_, r) in enumerate(items) if (key := route_key_of(r, catalog, ns))
+        ]
+        if not wanted:
+            return items
+        try:
+            raws = yield ReadRoutes([key for _, key in wanted], self.config.settings.affinity_ttl_s)
+        except REDIS_FAILURES as exc:
+            log.warning("could not read conversation routes: %s", exc)
+            return items
+        routes = {i: decode_route(raw) for (i, _), raw in zip(wanted, raws, strict=True)}
+        live = set(catalog.live_queues)
+        first_met = unchecked(routes.values(), catalog)
+        if first_met:
+            self.slots.add(first_met)
+            try:
+                counts = yield CheckLive(first_met)
+            except REDIS_FAILURES:
+                counts = [0] * len(first_met)
+            live |= {q for q, n in zip(first_met, counts, strict=True) if n}
+        return [
+            routed(request, routes.get(i), queue, live) for i, (queue, request) in enumerate(items)
+        ]
+
     def _publish_batch(
         self,
         state: TurnState,
         batch: Sequence[tuple[int, str, ToolCallRequest]],
         new_future: Callable[[str], ResultFuture],
         catalog: Catalog | Refusal,
+        keys: dict[str, Idempotency] | None = None,
     ) -> Generator[Step, Any, None]:
         """Publish a turn's calls in one pipeline (each holds a slot already).
 
-        ``catalog`` is the snapshot that admitted them (their metric labels come from it).
+        ``catalog`` is the snapshot that admitted them (their metric labels come from it);
+        ``keys``: the idempotency keys of the calls, by request id.
         """
         sent: list[tuple[int, str, ToolCallRequest, ResultFuture, str]] = []
         known = catalog.typed if isinstance(catalog, Catalog) else {}
@@ -479,13 +610,13 @@ class ProducerCore:
                 else frozenset()
             )
             items = [(q, r) for _, q, r, _, _ in sent]
-            outcomes = yield Publish(items, state.deadline, no_breaker)
+            outcomes = yield Publish(items, state.deadline, no_breaker, keys or None)
         except Exception as exc:  # noqa: BLE001 - the pipeline failed as a whole
             outcomes = [exc] * len(sent)
         failure: BaseException | None = None
         for (index, _, request, future, label), outcome in zip(sent, outcomes, strict=True):
             try:
-                self.published(request, outcome, label)
+                self.published(request, outcome, label, (keys or {}).get(request.id))
             except Exception as exc:  # noqa: BLE001 - raised once the turn is settled
                 failure = exc
             if future.done() and outcome is not None:

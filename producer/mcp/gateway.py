@@ -11,8 +11,14 @@ interchangeable (stateless mode).
   ``annotations`` and ``outputSchema`` where the catalog knows them.
 - ``tools/call``: ``AsyncToolClient.call`` with the request's own time budget
   (``_meta["toolfleet/timeout_s"]``, seconds, at most ``max_timeout_s``), else
-  ``default_timeout_s``; the result is mapped by
-  :func:`~toolfleet.producer.mcp.results.call_tool_result`. With a ``progressToken``
+  ``default_timeout_s``; ``_meta["toolfleet/schema_hash"]`` (as ``tools/list`` gave it in
+  each tool's ``_meta``) pins the call to that schema; the result is mapped by
+  :func:`~toolfleet.producer.mcp.results.call_tool_result`. The call's conversation
+  (session affinity: the ``python`` tool's interpreter) is ``_meta["toolfleet/conversation"]``
+  when the request names one, else the MCP session: the ``Mcp-Session-Id`` the gateway
+  issued (handshake-era HTTP), or the connection (stdio); a 2026-era stateless request
+  without it has none. ``_meta["toolfleet/idempotency_key"]`` is the call's idempotency
+  key (:mod:`toolfleet.shared.idempotency`). With a ``progressToken``
   the call is streamed and its ``running``/``progress`` events become
   ``notifications/progress``. When the client cancels (``notifications/cancelled``, or
   closing the request's HTTP stream) the SDK cancels the handler, and the producer
@@ -33,6 +39,8 @@ import contextlib
 import hashlib
 import logging
 import math
+import uuid
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,14 +63,25 @@ from toolfleet.producer.mcp.results import call_tool_result
 from toolfleet.producer.mcp.sessions import caller_of_scope, session_call_id
 from toolfleet.shared import codec
 from toolfleet.shared.errors import ClientError, ConnectionFailed
+from toolfleet.shared.export import SCHEMA_HASH_KEY
 from toolfleet.shared.wire import Status, ToolCallResult
 
-__all__ = ["TIMEOUT_META_KEY", "Gateway", "GatewayConfig"]
+__all__ = [
+    "CONVERSATION_META_KEY",
+    "IDEMPOTENCY_META_KEY",
+    "TIMEOUT_META_KEY",
+    "Gateway",
+    "GatewayConfig",
+]
 
 log = logging.getLogger("toolfleet.producer.mcp")
 
 #: Request ``_meta`` key: the call's time budget in seconds (a JSON number).
 TIMEOUT_META_KEY = "toolfleet/timeout_s"
+#: Request ``_meta`` key: the conversation the call belongs to (a string; else the session's).
+CONVERSATION_META_KEY = "toolfleet/conversation"
+#: Request ``_meta`` key: the call's idempotency key (a string).
+IDEMPOTENCY_META_KEY = "toolfleet/idempotency_key"
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +129,7 @@ class Gateway:
         self._listening: dict[str | None, int] = {}
         self._sessions: dict[str | None, ServerSession] = {}
         self._fingerprints: dict[str | None, str] = {}
+        self._connections: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
         self._watcher: asyncio.Task[None] | None = None
 
     def initialization_options(self) -> InitializationOptions:
@@ -146,20 +166,29 @@ class Gateway:
     ) -> types.CallToolResult:
         caller = self._caller(ctx)
         timeout_s = self._timeout_s(ctx.meta)
-        context = {"account": caller.account, "user": caller.user, "llmclient": "mcp"}
+        context = {"account": caller.account, "user": caller.user, "llmclient": "mcp",
+                   "conversation": self._conversation(ctx)}  # fmt: skip
+        key: Any = (ctx.meta or {}).get(IDEMPOTENCY_META_KEY)
         arguments = params.arguments or {}
+        pin = _schema_hash(ctx.meta)
         try:
             call_id = self._call_id(ctx, caller)
             if _progress_token(ctx.meta) is None and call_id is not None:
                 result = await self.client._call_as(  # noqa: SLF001 - the producer's own gateway
-                    call_id, params.name, arguments, context=context, timeout_s=timeout_s
-                )
+                    call_id, params.name, arguments, context=context, timeout_s=timeout_s,
+                    schema_hash=pin,
+                    idempotency_key=key,
+                )  # fmt: skip
             elif _progress_token(ctx.meta) is None:
                 result = await self.client.call(
-                    params.name, arguments, context=context, timeout_s=timeout_s
-                )
+                    params.name, arguments, context=context, timeout_s=timeout_s,
+                    schema_hash=pin,
+                    idempotency_key=key,
+                )  # fmt: skip
             else:
-                result = await self._streamed_call(ctx, params.name, arguments, context, timeout_s)
+                result = await self._streamed_call(
+                    ctx, params.name, arguments, context, timeout_s, key
+                )
         except ClientError as exc:  # backpressure, or a call the client refuses outright
             result = ToolCallResult(
                 id="", function=params.name, status=Status.REJECTED, content={"error": str(exc)}
@@ -173,6 +202,7 @@ class Gateway:
         arguments: dict[str, Any],
         context: dict[str, Any],
         timeout_s: float,
+        idempotency_key: Any = None,
     ) -> ToolCallResult:
         """One call as a one-call turn, its events relayed as ``notifications/progress``."""
         call = {
@@ -181,7 +211,9 @@ class Gateway:
             "function": {"name": function, "arguments": codec.dumps_str(arguments)},
         }
         steps = 0
-        async with self.client.stream([call], context=context, timeout_s=timeout_s) as events:
+        async with self.client.stream(
+            [call], context=context, timeout_s=timeout_s, idempotency_key=idempotency_key
+        ) as events:
             async for event in events:
                 if event.kind == "result" and event.result is not None:
                     return event.result
@@ -254,6 +286,28 @@ class Gateway:
         scope = getattr(ctx.request, "scope", None) if ctx.request is not None else None
         return caller_of_scope(scope or {}, self.config.default_caller)
 
+    def _conversation(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
+        """The call's conversation: ``_meta["toolfleet/conversation"]``, else the session's.
+
+        The MCP session is the ``Mcp-Session-Id`` the gateway issued (a handshake-era HTTP
+        client sends it with every request, to any replica), or the connection itself
+        (stdio: one id per connection, for its life); ``None`` for a 2026-era stateless
+        request that names none (it has no session).
+        """
+        asked = (ctx.meta or {}).get(CONVERSATION_META_KEY)
+        if isinstance(asked, str) and asked:
+            return asked
+        headers = getattr(ctx.request, "headers", None)
+        session = headers.get(MCP_SESSION_ID_HEADER) if headers is not None else None
+        if session and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            return f"mcp-session:{session}"
+        if ctx.request is None:
+            # the SDK builds a ServerSession per request; the connection under it is the
+            # stdio client's for its life (not public API: without it, this gateway's)
+            connection = getattr(ctx.session, "_connection", self)
+            return self._connections.setdefault(connection, f"mcp-connection:{uuid.uuid4().hex}")
+        return None
+
     def _call_id(self, ctx: ServerRequestContext[Any, Any], caller: Caller) -> str | None:
         """The call id a handshake-era HTTP request's cancel finds on any replica, else None.
 
@@ -281,6 +335,12 @@ class Gateway:
         if not math.isfinite(asked) or asked <= 0:
             return self.config.default_timeout_s
         return float(min(asked, self.config.max_timeout_s))
+
+
+def _schema_hash(meta: Mapping[str, Any] | None) -> str | None:
+    """The request's ``_meta["toolfleet/schema_hash"]``, when it is a string."""
+    pin = (meta or {}).get(SCHEMA_HASH_KEY)
+    return pin if isinstance(pin, str) else None
 
 
 def _progress_token(meta: Mapping[str, Any] | None) -> Any:

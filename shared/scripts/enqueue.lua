@@ -3,17 +3,31 @@
 -- KEYS: 1 queue list, 2 messages hash, 3 limits hash, 4 the function's breaker hash,
 -- then per quota scope (ARGV[12] of them, the account's first) its in-flight sorted set
 -- and its rate key, then (only with lanes) the account's two lanes and the queue's lane
--- rotation, then the outcome key of each call id checked (the ids after the scopes).
+-- rotation, then (only with an idempotency key) the key's record, then the outcome key
+-- of each call id checked (the ids after the scopes).
 -- ARGV: 1 redis message id, 2 body, 3 now (ms), 4 deadline (ms), 5 call id,
 -- 6 default in_flight, 7 per_s, 8 burst (0: none), 9 read the breaker ("1"/"0"),
--- 10 and 11 the numbers of the two lanes ("": no lanes), 12 how many scopes, then the
+-- 10 and 11 the numbers of the two lanes ("": no lanes), 12 how many scopes, 13 the
+-- call's idempotency fingerprint ("": no key), 14 its record's ttl (ms), then the
 -- scopes, then the call ids whose outcome keys were passed.
 --
 -- Returns 0 when enqueued; {reason, scope, limit, retry after (ms)} (reason "in_flight",
 -- "per_s" or "breaker") when refused; {"check", id...} when an in-flight scope is full
 -- of calls whose outcomes it was not given: run again with their outcome keys (a call
--- answered frees its place). Nothing is written unless it enqueued (an answered call
--- dropped from an in-flight set aside).
+-- answered frees its place); {"duplicate" | "misuse", first call id} when the key's
+-- record exists (the same call, or another one, under the key). Nothing is written
+-- unless it enqueued (an answered call dropped from an in-flight set aside).
+local scopes = tonumber(ARGV[12])
+local lanes = ARGV[10] ~= ""
+local idempotency = nil
+if ARGV[13] ~= "" then
+    idempotency = 5 + 2 * scopes + (lanes and 3 or 0)
+    local held = redis.call("get", KEYS[idempotency])
+    if held then
+        local same = string.sub(held, 1, #ARGV[13]) == ARGV[13]
+        return {same and "duplicate" or "misuse", string.sub(held, #ARGV[13] + 1)}
+    end
+end
 local now = tonumber(ARGV[3])
 local deadline = tonumber(ARGV[4])
 if ARGV[9] == "1" then
@@ -27,24 +41,22 @@ local function number(value)
     if value == nil or value == cjson.null then return 0 end
     return tonumber(value) or 0
 end
-local scopes = tonumber(ARGV[12])
-local lanes = ARGV[10] ~= ""
-local checked_at = 4 + 2 * scopes + (lanes and 3 or 0)
+local checked_at = 4 + 2 * scopes + (lanes and 3 or 0) + (idempotency and 1 or 0)
 local checked = {}  -- call id -> the index of its outcome key in KEYS
-for j = 13 + scopes, #ARGV do
-    checked[ARGV[j]] = checked_at + j - 12 - scopes
+for j = 15 + scopes, #ARGV do
+    checked[ARGV[j]] = checked_at + j - 14 - scopes
 end
-local rechecking = #ARGV >= 13 + scopes
+local rechecking = #ARGV >= 15 + scopes
 local taken = {}
 local raws = {}
 if scopes > 0 then
     local fields = {}
-    for i = 1, scopes do fields[i] = ARGV[12 + i] end
+    for i = 1, scopes do fields[i] = ARGV[14 + i] end
     fields[scopes + 1] = "*"
     raws = redis.call("hmget", KEYS[3], unpack(fields))
 end
 for i = 1, scopes do
-    local scope = ARGV[12 + i]
+    local scope = ARGV[14 + i]
     local raw = raws[i]
     local quota = nil
     if raw then
@@ -111,6 +123,7 @@ for _, t in ipairs(taken) do
         redis.call("set", KEYS[t[2]], string.format("%.3f", t[3]), "PX", math.ceil(t[3] - now) + 1)
     end
 end
+if idempotency then redis.call("set", KEYS[idempotency], ARGV[13] .. ARGV[5], "PX", ARGV[14]) end
 redis.call("hset", KEYS[2], ARGV[1], ARGV[2])
 if lanes then
     local lane = 5 + 2 * scopes

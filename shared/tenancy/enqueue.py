@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolfleet.shared import scripts
+from toolfleet.shared.idempotency import Duplicate, Idempotency, record_ttl_ms
 from toolfleet.shared.naming import (
     outcome_key,
     queue_key,
@@ -108,6 +109,8 @@ def enqueue_call(
     defaults: QuotaDefaults,
     now: float,
     breaker: bool = True,
+    idempotency: Idempotency | None = None,
+    idempotency_ttl_s: float = 0.0,
 ) -> tuple[list[str], list[Any]]:
     """The ``(keys, args)`` of :data:`ENQUEUE_SCRIPT` for one call.
 
@@ -124,6 +127,9 @@ def enqueue_call(
         now: the current Unix epoch time, seconds.
         breaker: whether the function may have a breaker (its state is read); ``False``
             only for a tool whose catalog entry declares none.
+        idempotency: the call's idempotency key (``None``: none; nothing is read for it).
+        idempotency_ttl_s: seconds the key's record outlives the call's deadline
+            (``reply_ttl_s``: as long as the outcome it points to).
     """
     scopes = quota_scopes(account, function)
     keys = [
@@ -139,6 +145,8 @@ def enqueue_call(
         lanes = list(shard_for(account))
         keys += [lane_key(namespace, queue, lane) for lane in lanes]
         keys.append(lanes_active_key(namespace, queue))
+    if idempotency is not None:
+        keys.append(idempotency.record)
     args: list[Any] = [
         redis_message_id,
         body,
@@ -151,6 +159,8 @@ def enqueue_call(
         1 if breaker else 0,
         *lanes,
         len(scopes),
+        idempotency.fingerprint if idempotency is not None else "",
+        record_ttl_ms(deadline, now, idempotency_ttl_s) if idempotency is not None else 0,
         *scopes,
     ]
     return keys, args
@@ -180,8 +190,11 @@ def recheck(
     return [*keys, *(outcome_key(namespace, i) for i in ids)], [*args, *ids]
 
 
-def refused(reply: Any) -> Refused | None:
-    """The refusal :data:`ENQUEUE_SCRIPT` answered, or ``None`` when it enqueued the call."""
+def refused(reply: Any) -> Refused | Duplicate | None:
+    """What :data:`ENQUEUE_SCRIPT` answered: a refusal, a duplicate, ``None`` (enqueued)."""
+    if isinstance(reply, list) and len(reply) == 2 and _text(reply[0]) in ("duplicate", "misuse"):
+        kind, first = (_text(part) for part in reply)
+        return Duplicate(first, misuse=kind == "misuse")
     if not isinstance(reply, list) or len(reply) != 4 or _text(reply[0]) == "check":
         return None
     reason, scope, limit, wait_ms = (_text(part) for part in reply)

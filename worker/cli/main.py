@@ -163,10 +163,34 @@ def call(obj: CliState, function: str, arguments: str, timeout_s: float) -> None
 )
 @click.pass_obj
 def tools(obj: CliState, account: str | None, fmt: str, include_unavailable: bool) -> None:
-    """Print the fleet's tools as JSON, in a model API's format."""
+    """Print the fleet's tools as JSON, in a model API's format.
+
+    Standard output is the JSON list alone, ``[]`` included; when it is empty, a line on
+    standard error says why (no worker has published tools, or none serves them now).
+    """
     with obj.tool_client() as client:
         listed = client.tools(account=account, format=fmt, include_unavailable=include_unavailable)
+        catalogued = [] if listed or include_unavailable else client.tools(
+            account=account, format=fmt, include_unavailable=True
+        )  # fmt: skip
     click.echo(codec.dumps_str(listed))
+    if not listed:
+        click.echo(_why_no_tools(obj, account, len(catalogued)), err=True)
+
+
+def _why_no_tools(obj: CliState, account: str | None, catalogued: int) -> str:
+    """The stderr line of an empty ``toolfleet tools``."""
+    url = redacted_url(obj.settings.redis_url)
+    where = f"namespace {obj.settings.namespace!r}" + (f" at {url}" if url else "")
+    who = f" for account {account!r}" if account else ""
+    if catalogued:
+        return (
+            f"no tools{who}: {catalogued} catalogued in {where}, but no live worker serves "
+            "them (`toolfleet tools --all` lists them)"
+        )
+    return (
+        f"no tools{who}: no worker has published any in {where} (start one with `toolfleet worker`)"
+    )
 
 
 @cli.command(name="replay")

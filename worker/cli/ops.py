@@ -7,17 +7,21 @@ import statistics
 import sys
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import click
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Column, Table
 
+from toolfleet.producer.catalog import read_entries
 from toolfleet.shared import codec
 from toolfleet.shared.naming import (
-    catalog_key,
+    catalog_workers_key,
     dead_letters_key,
     events_key,
     queue_msgs_key,
@@ -34,6 +38,16 @@ console = Console()
 
 #: Seconds of events ``top`` summarises per function.
 WINDOW_S = 60.0
+
+
+def _watching_client(ctx: click.Context) -> redis.Redis:
+    """A client for a command that rides out outages itself (:class:`Outage`).
+
+    redis-py's own retries are off: they would spend seconds (ten attempts, backing off to
+    1 s) inside one command before the command's loop hears of the outage, reports it, or
+    sees Redis back.
+    """
+    return ctx.obj.redis(socket_timeout=5, retry=Retry(NoBackoff(), 0))  # type: ignore[no-any-return]
 
 
 def _recent_events(client: redis.Redis, namespace: str, window_s: float) -> list[dict[str, Any]]:
@@ -58,16 +72,26 @@ def _busy(answered: list[dict[str, Any]], window_s: float) -> float:
     return sum(float(e["run_s"]) for e in answered if e.get("run_s") is not None) / window_s
 
 
-def render_top(client: redis.Redis, namespace: str, window_s: float = WINDOW_S) -> Group:
-    """One frame of ``toolfleet top``: queues, workers and per-function statistics."""
-    entries = [codec.loads(v) for v in client.hvals(catalog_key(namespace))]
+def render_top(
+    client: redis.Redis, namespace: str, window_s: float = WINDOW_S, worker_ttl_s: float = 10.0
+) -> Group:
+    """One frame of ``toolfleet top``: queues, catalog, workers and per-function statistics.
+
+    The catalog and its queues are the names a live worker serves
+    (:func:`~toolfleet.producer.catalog.read_entries`); a heartbeat older than
+    ``worker_ttl_s`` seconds does not count.
+    """
+    by_name = read_entries(client, namespace, worker_ttl_s)
+    entries = list(by_name.values())
     queues = sorted({str(e.get("queue")) for e in entries})
-    since = time.time() - 10.0
+    since = time.time() - worker_ttl_s
     pipe = client.pipeline(transaction=False)
     for queue in queues:
         pipe.hlen(queue_msgs_key(namespace, queue))
         pipe.zcard(dead_letters_key(namespace, queue))
         pipe.zrangebyscore(workers_key(namespace, queue), since, "+inf")
+    for name in sorted(by_name):
+        pipe.zcount(catalog_workers_key(namespace, name), since, "+inf")
     values = pipe.execute() if queues else []
     queue_table = Table("queue", "depth", "dead letters", "live workers", title="queues")
     workers: set[str] = set()
@@ -75,6 +99,15 @@ def render_top(client: redis.Redis, namespace: str, window_s: float = WINDOW_S) 
         depth, dead, live = values[3 * i : 3 * i + 3]
         workers |= {w.decode() for w in live}
         queue_table.add_row(queue, str(depth), str(dead), str(len(live)))
+    catalog_table = Table(
+        Column("function", overflow="fold"), "tool", "version", "schema", "workers",
+        title="catalog",
+    )  # fmt: skip
+    for name, serving in zip(sorted(by_name), values[3 * len(queues) :], strict=True):
+        entry = by_name[name]
+        tool = f"{entry.get('slug', '')}/{entry.get('tool', '')}"
+        catalog_table.add_row(name, tool, str(entry.get("version", "")),
+                              str(entry.get("schema_hash", "")), str(serving))  # fmt: skip
     hosts = Counter(w.rsplit(":", 1)[0] for w in workers)
     worker_table = Table("host", "worker processes", title="workers")
     for host, count in sorted(hosts.items()):
@@ -107,7 +140,7 @@ def render_top(client: redis.Redis, namespace: str, window_s: float = WINDOW_S) 
         )
     names = sorted(str(e.get("name")) for e in entries)
     tenancy = tenancy_tables(client, namespace, names, queues)
-    return Group(queue_table, worker_table, function_table, *tenancy)
+    return Group(queue_table, catalog_table, worker_table, function_table, *tenancy)
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -123,26 +156,55 @@ def _quantile(values: list[float], q: float) -> float:
 )
 @click.pass_context
 def top(ctx: click.Context, once: bool, interval: float) -> None:
-    """A live view of queues, workers and per-function calls/s, latency and errors."""
-    client: redis.Redis = ctx.obj.redis(socket_timeout=5)
+    """A live view of queues, workers and per-function calls/s, latency and errors.
+
+    On a terminal the view is redrawn in place; to a pipe or a file (``toolfleet top |
+    tee``, a log), each frame is printed whole, after a line with its UTC time.
+    """
+    client = _watching_client(ctx)
     namespace = ctx.obj.settings.namespace
+    ttl_s = ctx.obj.settings.worker_ttl_s
     if once:
-        console.print(render_top(client, namespace))
+        console.print(render_top(client, namespace, worker_ttl_s=ttl_s))
         return
     outage = Outage(ctx.obj.settings.redis_url)
-    with Live(render_top(client, namespace), console=console, refresh_per_second=4) as live:
+    first = render_top(client, namespace, worker_ttl_s=ttl_s)
+    try:
+        if console.is_terminal:
+            with Live(first, console=console, refresh_per_second=4) as live:
+                _follow(client, namespace, interval, outage, live.update, ttl_s)
+        else:
+            _print_frame(first)
+            _follow(client, namespace, interval, outage, _print_frame, ttl_s)
+    except KeyboardInterrupt:
+        pass
+
+
+def _print_frame(frame: Group) -> None:
+    """Print ``frame`` whole, after a line with the time (``top`` without a terminal)."""
+    console.print(time.strftime("toolfleet top at %Y-%m-%d %H:%M:%S UTC", time.gmtime()))
+    console.print(frame)
+    console.file.flush()
+
+
+def _follow(
+    client: redis.Redis,
+    namespace: str,
+    interval_s: float,
+    outage: Outage,
+    show: Callable[[Group], None],
+    worker_ttl_s: float,
+) -> None:
+    """Render a frame every ``interval_s`` seconds and ``show`` it, riding out outages."""
+    while True:
+        time.sleep(interval_s)
         try:
-            while True:
-                time.sleep(interval)
-                try:
-                    frame = render_top(client, namespace)
-                except (redis.ConnectionError, redis.TimeoutError) as exc:
-                    time.sleep(outage.failed(exc))
-                    continue
-                outage.recovered()
-                live.update(frame)
-        except KeyboardInterrupt:
-            pass
+            frame = render_top(client, namespace, worker_ttl_s=worker_ttl_s)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            time.sleep(outage.failed(exc))
+            continue
+        outage.recovered()
+        show(frame)
 
 
 @click.command()
@@ -153,7 +215,7 @@ def top(ctx: click.Context, once: bool, interval: float) -> None:
 @click.pass_context
 def events(ctx: click.Context, count: int, from_start: bool) -> None:
     """Tail the lifecycle events stream as JSON lines."""
-    client: redis.Redis = ctx.obj.redis(socket_timeout=5)
+    client = _watching_client(ctx)
     key = events_key(ctx.obj.settings.namespace)
     outage = Outage(ctx.obj.settings.redis_url)
     last = "0-0" if from_start else "$"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import os
 import socket
 import traceback
@@ -66,7 +67,11 @@ def init_child(specs: list[str], entry_points: bool, log_level: str) -> None:
     configure_logging(log_level, settings.log_format, worker_id, redactor)
     scrub_standard_streams(redactor)
     registry = Registry(
-        settings.namespace, secrets_dir=settings.secrets_dir, redactor=redactor, start_mcp=False
+        settings.namespace,
+        secrets_dir=settings.secrets_dir,
+        redactor=redactor,
+        start_mcp=False,
+        unservable_log_level=logging.DEBUG,  # its worker process said it
     )
     loaded, _ = load_all(specs, folders=settings.extension_folders(), entry_points_too=entry_points)
     registry.add_extensions(loaded)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import dramatiq
+import redis
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import CurrentMessage
 from pydantic import ValidationError
@@ -19,6 +21,7 @@ from toolfleet.worker.pipeline.calls import CallPipeline
 from toolfleet.worker.pipeline.ledger import InlineAck, Ledger, Posted
 from toolfleet.worker.pipeline.observe import Observer
 from toolfleet.worker.pipeline.replies import post_rejection
+from toolfleet.worker.pipeline.routes import RouteRecorder
 from toolfleet.worker.pipeline.surrogates import has_lone_surrogate, replace_lone_surrogates
 from toolfleet.worker.supervision.logs import call_scope
 
@@ -47,14 +50,30 @@ class MessageHandler:
         pipeline: decides each status and runs the calls.
         ledger: claims, outcomes and replies.
         observer: metrics, signals and events of each call.
+        routes: records conversation routes before their reply (session affinity;
+            ``None``: this process serves no tool with affinity).
     """
 
-    def __init__(self, pipeline: CallPipeline, ledger: Ledger, observer: Observer) -> None:
+    #: Times one process hands one call back to its queue, at most.
+    MAX_HAND_BACKS = 8
+
+    def __init__(
+        self,
+        pipeline: CallPipeline,
+        ledger: Ledger,
+        observer: Observer,
+        routes: RouteRecorder | None = None,
+    ) -> None:
         self.pipeline = pipeline
         self.ledger = ledger
         self.observer = observer
+        self.routes = routes
         self._active: set[str] = set()
         self._active_lock = threading.Lock()
+        self._handed_back: dict[str, int] = {}
+        #: Puts the message being handled back on its queue, for the n-th time (set by
+        #: :func:`declare_actors`).
+        self.hand_back: Callable[[InlineAck, int], None] | None = None
 
     def handle(self, raw: Any, queue: str, ack: InlineAck | None = None) -> None:
         """Answer one message body (the orjson-encoded :class:`ToolCallRequest`).
@@ -118,20 +137,32 @@ class MessageHandler:
                             request.id)  # fmt: skip
                 return
             try:
-                self._handle(request, queue, _size_bound(raw), ack)
+                unserved = self._handle(request, queue, _size_bound(raw), ack)
             finally:
                 with self._active_lock:
                     self._active.discard(request.id)
+            # handed back once this process no longer holds the call: a sibling thread
+            # may fetch it at once, and would drop it as a duplicate delivery before
+            if unserved is not None and not self._handed_back_now(request, ack):
+                self._finish(request, unserved, queue, self.observer.requested(request), ack)
 
     def _handle(
         self, request: ToolCallRequest, queue: str, bound: int, ack: InlineAck | None
-    ) -> None:
+    ) -> ToolCallResult | None:
+        """Answer the call, or return its ``unknown_function`` answer to hand it back first.
+
+        A call to a name this process does not serve while the fleet lists it (another
+        version of its extension serves it) is returned unanswered, for :meth:`handle` to
+        hand back (:meth:`_handed_back_now`).
+        """
         early = self.pipeline.admit(request, bound)
         if early is not None:
+            if early.status is Status.UNKNOWN_FUNCTION and self._may_hand_back(request, ack):
+                return early
             accepted = early.status is not Status.REJECTED  # counted as requested before
             requested = self.observer.requested(request) if accepted else None
             self._finish(request, early, queue, requested, ack)
-            return
+            return None
         token = self.ledger.new_token()
         record = self.pipeline.in_flight(request)
         claim = self.ledger.claim(request, queue, token, record)
@@ -139,18 +170,18 @@ class MessageHandler:
             self.pipeline.registry.switches.load(claim.switches)
         if claim.outcome is not None:
             log.info("call %s was answered already; its reply went out with it", request.id)
-            return
+            return None
         if not claim.acquired and claim.owner_alive:
             log.warning(
                 "call %s is running on %s; duplicate delivery dropped", request.id, claim.owner
             )
-            return
+            return None
         if not claim.acquired:  # its worker died: so did the concurrency lease it took
             self.pipeline.release_slot(request)
         decided = self.pipeline.after_claim(request, claim)
         if decided is not None:
             self._finish(request, decided, queue, ack=ack)
-            return
+            return None
         if not claim.acquired:
             log.warning(
                 "call %s: worker %s died; re-running the idempotent tool", request.id, claim.owner
@@ -165,6 +196,44 @@ class MessageHandler:
             self.observer.responded(request, crashed, queue, True)
             raise
         self._finish(request, result, queue, requested, ack)
+        return None
+
+    def _may_hand_back(self, request: ToolCallRequest, ack: InlineAck | None) -> bool:
+        """True to hand back a call to a name this process does not serve: it is listed.
+
+        In a rolling upgrade, workers of two versions consume one queue and a name only
+        one of them serves is still listed: a worker of the other version hands its
+        message back (up to :attr:`MAX_HAND_BACKS` times a call) so that a worker serving
+        it answers, instead of ``unknown_function``.
+        """
+        if ack is None or self.hand_back is None:
+            return False
+        if request.function not in self.pipeline.registry.listed:
+            return False
+        if len(self._handed_back) > 10_000:  # a bound on memory, not a policy
+            self._handed_back.clear()
+        times = self._handed_back.get(request.id, 0)
+        if times >= self.MAX_HAND_BACKS:
+            self._handed_back.pop(request.id, None)
+            return False
+        self._handed_back[request.id] = times + 1
+        return True
+
+    def _handed_back_now(self, request: ToolCallRequest, ack: InlineAck | None) -> bool:
+        """Put the call back at the end of its queue; False when that failed.
+
+        Nothing was claimed; the consumer's own acknowledgement is skipped (``ack.done``).
+        """
+        if ack is None or self.hand_back is None:
+            return False
+        try:
+            self.hand_back(ack, self._handed_back.get(request.id, 1))
+        except redis.RedisError as exc:
+            log.warning("call %s could not be handed back: %s", request.id, exc)
+            return False
+        ack.done = True
+        log.debug("call %s to %s handed back: not served here", request.id, request.function)
+        return True
 
     def _finish(
         self,
@@ -177,6 +246,8 @@ class MessageHandler:
         tracing.record_status(result.status)
         responded = self.observer.responded(request, result, queue, requested is not None)
         events = [stream_event(responded, requested)]
+        if self.routes is not None and result.route:
+            self.routes.record(request, result)  # before the reply: the next call finds it
         try:
             posted = self.ledger.finish(request, result, events, ack)
         except codec.EncodeError as exc:
@@ -231,6 +302,27 @@ def inline_ack(broker: RedisBroker) -> InlineAck | None:
     return broker.inline_ack(message) if message is not None else None
 
 
+#: Seconds this process's consumer of a queue pauses after handing a call back, per time
+#: that call was handed back: a worker that serves the name fetches it meanwhile.
+HAND_BACK_PAUSE_S = 0.05
+
+
+def _hand_back(broker: FleetRedisBroker, ack: InlineAck, times: int) -> None:
+    """Put the current message back at the end of its queue (Dramatiq's ``requeue``).
+
+    This process's consumer of that queue then pauses ``times * HAND_BACK_PAUSE_S``
+    seconds, so that the message is not fetched by this process again at once.
+
+    Raises:
+        redis.RedisError: Redis failed.
+    """
+    message = CurrentMessage.get_current_message()
+    if message is None:
+        raise redis.RedisError("no current message")
+    broker.pause_fetch(message.queue_name, times * HAND_BACK_PAUSE_S)
+    broker.do_requeue(message.queue_name, ack.redis_id)
+
+
 def _size_bound(raw: Any) -> int:
     """An upper bound of the encoded message in bytes (UTF-8: at most 4 bytes a character)."""
     if isinstance(raw, bytes):
@@ -257,6 +349,8 @@ def declare_actors(
             (session affinity); its calls are answered and counted as that queue's.
     """
     actors = []
+    if isinstance(broker, FleetRedisBroker):
+        handler.hand_back = lambda ack, times: _hand_back(broker, ack, times)
     served = {queue: queue for queue in queues} | (private or {})
     for queue, counted_as in sorted(served.items()):
 

@@ -150,7 +150,10 @@ class WaitingConsumer(_RedisConsumer):
                     self.misses = 0
                     self.queued_message_ids.add(message.message_id)
                     return MessageProxy(message)
-                if self.outstanding_message_count >= self.prefetch:
+                if self.outstanding_message_count >= self.prefetch or (
+                    isinstance(self.broker, FleetRedisBroker)
+                    and self.broker.fetch_paused(self.queue_name)
+                ):
                     time.sleep(FULL_WINDOW_PAUSE_S)
                     return None
                 if self._queue_empty and time.monotonic() - self._fetched_at < IDLE_FETCH_S:
@@ -270,6 +273,22 @@ class FleetRedisBroker(RedisBroker):
     poison_messages = 0
     _fetch_script: Any = None
     _inline_acks: dict[str, InlineAck] | None = None
+    _paused: dict[str, float] | None = None
+
+    def pause_fetch(self, queue_name: str, seconds: float) -> None:
+        """Let this broker's consumer of ``queue_name`` fetch nothing for ``seconds``.
+
+        For a call this process handed back to its queue (a name it does not serve): a
+        worker that serves it fetches the call meanwhile.
+        """
+        if self._paused is None:
+            self._paused = {}
+        self._paused[queue_name] = time.monotonic() + seconds
+
+    def fetch_paused(self, queue_name: str) -> bool:
+        """True while :meth:`pause_fetch` holds this broker's consumer of ``queue_name``."""
+        paused = self._paused
+        return paused is not None and time.monotonic() < paused.get(queue_name, 0.0)
 
     def inline_ack(self, message: MessageProxy | Message[Any]) -> InlineAck | None:
         """An acknowledgement of ``message`` for the script that answers its call to make.

@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from toolfleet.shared import codec
-from toolfleet.shared.catalog import governing_switches, refusal
+from toolfleet.shared.affinity import session_lost_reason
+from toolfleet.shared.catalog import Refusal, governing_switches, refusal
+from toolfleet.shared.catalog_life import contested_message, pin_refusal
 from toolfleet.shared.errors import InvalidArgumentsError, ToolCallError
 from toolfleet.shared.limits import deadline_problem
 from toolfleet.shared.shaping import shape
@@ -223,9 +225,31 @@ class CallPipeline:
         if served is None:  # an unknown function: the message names the nearest served ones
             known = {n: self.registry.catalog_entry(s) for n, s in self.registry.served.items()}
         refused = refusal(request.function, entry, switches, request.context.account, known=known)
+        if refused is None and served is not None:
+            refused = self._pinned(request, served)
         if refused is not None:
             return self._failure(request, refused.status, refused.message, timings)
         return None
+
+    def _pinned(self, request: ToolCallRequest, served: ServedTool) -> Refusal | None:
+        """Why this worker's tool is not the one the call was listed for (``None``: it is).
+
+        A name another tool holds fleet-wide is refused, and so is a call whose listed
+        identity or schema hash is not this tool's (:func:`pin_refusal`): O(1) per call.
+        """
+        owner = self.registry.contested.get(request.function)
+        if owner is not None:
+            message = contested_message(request.function, owner, served.identity)
+            return Refusal(Status.NOT_AVAILABLE, message)
+        if request.identity is None and request.schema_hash is None:
+            return None
+        return pin_refusal(
+            request.function,
+            served.identity,
+            served.schema_hash,
+            asked_identity=request.identity,
+            asked_hash=request.schema_hash,
+        )
 
     def in_flight(self, request: ToolCallRequest) -> InFlight:
         """The watchdog's record of the call: by when this process answers it itself."""
@@ -362,7 +386,7 @@ class CallPipeline:
         run_s = 0.0
         while True:
             limit_s = min(served.timeout_s, request.deadline - time.time() + DEADLINE_GRACE_S)
-            fields = {**_plain_fields(request), "max_result_bytes": self.result_budget(request)}
+            fields = _plain_fields(request, self.worker_id, self.result_budget(request))
             context = self.registry.context(served, fields, self._progress_sink(request))
             handle.on_cancel(context.canceled_event.set)
             outcome = self._run(served, arguments, context, limit_s, handle)
@@ -500,8 +524,13 @@ def shape_to(value: Any, budget: int) -> Any:
         return None
 
 
-def _plain_fields(request: ToolCallRequest) -> dict[str, Any]:
-    """The plain context fields of ``request`` (the extension adds its slug and version)."""
+def _plain_fields(
+    request: ToolCallRequest, worker_id: str, max_result_bytes: int
+) -> dict[str, Any]:
+    """The plain context fields of ``request`` in process ``worker_id`` (plus slug, version).
+
+    ``max_result_bytes``: the call's result budget (:meth:`CallPipeline.result_budget`).
+    """
     ctx = request.context
     return {
         "call_id": request.id,
@@ -514,4 +543,6 @@ def _plain_fields(request: ToolCallRequest) -> dict[str, Any]:
         "conversation": ctx.conversation,
         "traceparent": ctx.traceparent,
         "metadata": dict(ctx.metadata),
+        "session_lost": session_lost_reason(request.session_holder, worker_id),
+        "max_result_bytes": max_result_bytes,
     }

@@ -36,12 +36,13 @@ __all__ = ["PLAIN_CONTEXT_FIELDS", "Registry"]
 
 log = logging.getLogger("toolfleet.worker")
 
+_UNSERVABLE = "extension %s is not served on this host: %s"
 _CLASH = "%s clashes with another extension's tool: served as %s"
 
 #: ExtensionContext fields that are plain values (they travel to a child process as such).
 PLAIN_CONTEXT_FIELDS = (
     "call_id", "function", "slug", "version", "deadline", "tool_call_id", "account", "user",
-    "llmclient", "conversation", "traceparent", "metadata", "max_result_bytes",
+    "llmclient", "conversation", "traceparent", "metadata", "session_lost", "max_result_bytes",
 )  # fmt: skip
 
 
@@ -55,6 +56,10 @@ class Registry:
             process's log filter uses the same one); a new one when omitted.
         start_mcp: start the MCP servers of MCP extensions (off in ``process``-isolation
             children, which never run MCP tools: those skip MCP extensions).
+        unservable_log_level: the logging level of "extension X is not served on this
+            host" (:meth:`add_extensions`); a supervisor's worker processes but the first,
+            and ``process``-isolation children, say it at ``DEBUG``, so that a host says it
+            once.
 
     Attributes:
         served: function name -> :class:`ServedTool` (swapped whole when an MCP server's
@@ -65,6 +70,11 @@ class Registry:
         tool_states: function -> (enabled, preparation text) at the last refresh.
         mcp: the MCP sessions of this process (``None`` until an MCP extension loads).
         withdrawn: functions an MCP server stopped offering, to remove from the catalog.
+        contested: function -> the tool (``<slug>/<tool>``) that holds the name fleet-wide
+            while this process's tool of that name is refused it
+            (:mod:`toolfleet.shared.catalog_life`); set at each catalog heartbeat.
+        listed: the names the fleet's catalog lists (a live worker serves them), as of
+            this process's last catalog heartbeat.
     """
 
     def __init__(
@@ -74,6 +84,7 @@ class Registry:
         secrets_dir: Path | None = None,
         redactor: Redactor | None = None,
         start_mcp: bool = True,
+        unservable_log_level: int = logging.WARNING,
     ) -> None:
         self.served: dict[str, ServedTool] = {}
         self.extensions: dict[str, Extension] = {}
@@ -84,8 +95,11 @@ class Registry:
         self.tool_states: dict[str, tuple[bool, str | None]] = {}
         self._entries: dict[str, tuple[ServedTool, CatalogEntry]] = {}
         self.start_mcp = start_mcp
+        self.unservable_log_level = unservable_log_level
         self.mcp: McpServers | None = None
         self.withdrawn: set[str] = set()
+        self.contested: dict[str, str] = {}
+        self.listed: frozenset[str] = frozenset()
         self._withdrawn_lock = threading.Lock()
         self._settings: dict[str, BaseModel | None] = {}
 
@@ -105,6 +119,10 @@ class Registry:
         unservable = extension.preflight() if extension.preflight is not None else None
         if unservable:
             raise ConfigurationError(f"extension {extension.slug!r}: {unservable}")
+        self._add(extension)
+
+    def _add(self, extension: Extension) -> None:
+        """:meth:`add_extension` once the extension's preflight said this host can serve it."""
         if extension.slug in self.extensions:
             raise ConfigurationError(f"extension {extension.slug!r} is loaded already")
         settings = load_settings(extension, self.secrets_dir)
@@ -255,12 +273,26 @@ class Registry:
         )
 
     def add_extensions(self, extensions: Iterable[tuple[str, Extension]]) -> None:
-        """Add several; a bad one is recorded in :attr:`errors`, logged, and skipped."""
+        """Add several; a bad one is recorded in :attr:`errors`, logged, and skipped.
+
+        One this host cannot serve (its preflight says why, e.g. the python tool without
+        bubblewrap) is recorded the same way but logged at :attr:`unservable_log_level`
+        (a warning by default), not as an error: the extension is fine, the host lacks
+        something, and the workers report it (``extensions check``, the catalog's
+        extension errors).
+        """
         extensions = list(extensions)
         self._begin_mcp([extension for _, extension in extensions])
         for source, extension in extensions:
             try:
-                self.add_extension(extension)
+                if extension.mcp is None:
+                    extension.validate()
+                unservable = extension.preflight() if extension.preflight is not None else None
+                if unservable:  # the host lacks something (bubblewrap): not the extension's fault
+                    self.errors[source] = f"extension {extension.slug!r}: {unservable}"
+                    log.log(self.unservable_log_level, _UNSERVABLE, source, unservable)
+                    continue
+                self._add(extension)
             except ConfigurationError as exc:
                 self.errors[source] = str(exc)
                 log.error("extension %s skipped: %s", source, exc)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from pydantic import BaseModel
 
 from toolfleet.shared.catalog import CatalogEntry
+from toolfleet.shared.catalog_life import schema_hash, tool_identity
 from toolfleet.shared.extension import Extension
 from toolfleet.shared.manifest import RetryPolicy
 from toolfleet.shared.spec import ToolSpec
@@ -52,6 +54,16 @@ class ServedTool:
         """The pydantic model arguments are validated with."""
         return self.spec.arguments_model
 
+    @cached_property
+    def identity(self) -> str:
+        """The tool this function stands for fleet-wide, ``<slug>/<tool>``."""
+        return tool_identity(self.extension.slug, self.spec.name)
+
+    @cached_property
+    def schema_hash(self) -> str:
+        """The hash of the description and parameters a model is shown of it."""
+        return schema_hash(self.spec.description, self.spec.parameters)
+
     @property
     def is_async(self) -> bool:
         """True when the tool is a coroutine function."""
@@ -85,6 +97,7 @@ class ServedTool:
                 "isolation": self.isolation,
                 "slug": ext.slug,
                 "version": ext.version,
+                "schema_hash": self.schema_hash,
                 "enabled": ext.enabled and enabled,
                 "availability": ext.availability.model_dump(),
                 "switches": [

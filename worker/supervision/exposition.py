@@ -6,6 +6,7 @@ are served once per fleet by ``toolfleet exporter`` (:mod:`toolfleet.worker.supe
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -25,8 +26,14 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
+from toolfleet.producer.catalog import read_entries
 from toolfleet.shared import codec
-from toolfleet.shared.naming import catalog_key, dead_letters_key, queue_msgs_key, workers_key
+from toolfleet.shared.naming import (
+    catalog_workers_key,
+    dead_letters_key,
+    queue_msgs_key,
+    workers_key,
+)
 from toolfleet.shared.tenancy.lanes import LANES, lane_keys, uses_lanes
 from toolfleet.worker.supervision.collector_guard import GuardedRegistry
 from toolfleet.worker.supervision.health import HealthReport
@@ -108,12 +115,15 @@ class QueueCollector:
     """Collects queue depth, dead letters and live workers per queue from Redis.
 
     Metrics ``toolfleet_queue_depth``, ``toolfleet_dead_letters``,
-    ``toolfleet_queue_workers`` and ``toolfleet_queue_lane_depth``, read at scrape time.
+    ``toolfleet_queue_workers``, ``toolfleet_queue_lane_depth`` and
+    ``toolfleet_function_workers`` (per catalogued function), read at scrape time.
 
     Depth counts Dramatiq's ``<ns>:<queue>.msgs`` hash: pending, prefetched and running
     messages (what KEDA scales on). Lane depth counts the calls waiting in each of a
     queue's account lanes (:mod:`toolfleet.shared.tenancy.lanes`; at most ``LANES``
-    series per queue). Queues are those of the catalog.
+    series per queue). Queues are those of the catalog's names a live worker serves
+    (:func:`~toolfleet.producer.catalog.read_entries`): the queue of a removed extension
+    leaves with its names, one worker TTL after its last worker.
     """
 
     def __init__(
@@ -145,18 +155,19 @@ class QueueCollector:
         dead = GaugeMetricFamily(
             "toolfleet_dead_letters", "Dead-lettered messages of a queue.", labels=["queue"]
         )
+        serving = GaugeMetricFamily(
+            "toolfleet_function_workers",
+            "Worker processes with a fresh heartbeat serving a catalogued function.",
+            labels=["function"],
+        )
         lanes = GaugeMetricFamily(
             "toolfleet_queue_lane_depth",
             "Calls waiting in one account lane of a queue (accounts hash into 16 lanes).",
             labels=["queue", "lane"],
         )
         try:
-            queues = sorted(
-                {
-                    str(codec.loads(v).get("queue"))
-                    for v in self.client.hvals(catalog_key(self.namespace))
-                }
-            )
+            entries = read_entries(self.client, self.namespace, self.worker_ttl_s)
+            queues = sorted({str(e.get("queue")) for e in entries.values()})
             pipe = self.client.pipeline(transaction=False)
             since = time.time() - self.worker_ttl_s
             for queue in queues:
@@ -166,10 +177,13 @@ class QueueCollector:
             for queue in queues:
                 for key in lane_keys(self.namespace, queue):
                     pipe.llen(key)
+            names = sorted(entries)
+            for name in names:
+                pipe.zcount(catalog_workers_key(self.namespace, name), since, "+inf")
             values = pipe.execute()
         except (redis.RedisError, codec.DecodeError) as exc:
             log.warning("queue depth unavailable: %s", exc)
-            queues, values = [], []
+            queues, names, values = [], [], []
         for i, queue in enumerate(queues):
             depth.add_metric([queue], values[3 * i])
             dead.add_metric([queue], values[3 * i + 1])
@@ -179,10 +193,14 @@ class QueueCollector:
             for lane, waiting in enumerate(values[start : start + LANES]):
                 if uses_lanes(queue):
                     lanes.add_metric([queue, str(lane)], waiting)
+        start = (3 + LANES) * len(queues)
+        for name, count in zip(names, values[start:], strict=True):
+            serving.add_metric([name], count)
         yield depth
         yield dead
         yield workers
         yield lanes
+        yield serving
 
 
 #: Paths of the probes, meaning ``toolfleet health --live`` and ``--ready``.
@@ -219,6 +237,14 @@ class _QuietHandler(WSGIRequestHandler):
         """Probes and scrapes are not logged."""
 
 
+#: The one line a supervisor logs when its ``/metrics`` port is taken.
+_PORT_TAKEN = (
+    "port %d is taken (by another toolfleet worker on this host?): this worker serves calls, "
+    "but not /metrics, /livez or /readyz; give each worker on a host its own "
+    "TOOLFLEET_METRICS_PORT (0 turns them off)"
+)
+
+
 def listen(port: int, app: WSGIApplication) -> WSGIServer:
     """A threading WSGI server for ``app`` on ``port``, all interfaces, not yet serving.
 
@@ -238,7 +264,9 @@ def serve_metrics(
     :class:`~toolfleet.worker.supervision.collector_guard.GuardedRegistry`: a file that
     cannot be read, or a sample whose labels cannot be exposed (one written by an older
     version with a wire string as its label), is counted and left out, never a 500.
-    Returns the registry (served unless ``port`` is 0), or None when the port is busy.
+    Returns the registry (served unless ``port`` is 0), or None when the port cannot be
+    bound: taken (one warning line; another worker on this host holds it, most often) or
+    refused (an error line). The worker serves calls either way.
     ``probes`` maps paths such as ``/livez`` to checks (:func:`probe_app`).
     """
     registry = GuardedRegistry()
@@ -248,7 +276,10 @@ def serve_metrics(
         try:
             server = listen(port, app)
         except OSError as exc:
-            log.error("cannot serve /metrics on port %d: %s", port, exc)
+            if exc.errno != errno.EADDRINUSE:
+                log.error("cannot serve /metrics on port %d: %s", port, exc)
+            else:  # a second worker on a laptop, most often: it serves, unobserved
+                log.warning(_PORT_TAKEN, port)
             return None
         threading.Thread(target=server.serve_forever, daemon=True, name="metrics").start()
     return registry

@@ -155,10 +155,18 @@ def check_live(directory: Path, stale_s: float) -> HealthReport:
     now = time.time()
     stale = [int(b["pid"]) for b in beats if now - b["mtime"] > stale_s]
     if stale:
-        return HealthReport(
-            False, f"worker processes {stale} have not been healthy for {stale_s:.0f} s"
+        which = (
+            f"worker process {stale[0]} has"
+            if len(stale) == 1
+            else f"worker processes {stale} have"
         )
-    return HealthReport(True, f"{len(beats)} worker processes healthy")
+        return HealthReport(False, f"{which} not been healthy for {stale_s:.0f} s")
+    return HealthReport(True, f"{_processes(len(beats))} healthy")
+
+
+def _processes(count: int) -> str:
+    """``"1 worker process"``, ``"3 worker processes"``."""
+    return f"{count} worker process" + ("" if count == 1 else "es")
 
 
 def check_ready(

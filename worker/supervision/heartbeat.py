@@ -21,13 +21,18 @@ from dramatiq.brokers.redis import RedisBroker
 from toolfleet.shared import aggregates as agg
 from toolfleet.shared import codec
 from toolfleet.shared.catalog_epoch import REPUBLISH_SCRIPT
+from toolfleet.shared.catalog_life import PUBLISH_SCRIPT, contested_message
 from toolfleet.shared.extension_errors import WorkerErrors
 from toolfleet.shared.naming import (
     broker_heartbeats_key,
     brokers_key,
     catalog_epoch_key,
     catalog_key,
+    catalog_live_key,
+    catalog_owners_key,
     catalog_recovering_key,
+    catalog_workers_key,
+    events_key,
     extension_errors_key,
     inflight_key,
     mcp_servers_key,
@@ -39,6 +44,7 @@ from toolfleet.worker.messaging.maintenance import run_maintenance
 from toolfleet.worker.messaging.slots import SlotJanitor
 from toolfleet.worker.pipeline.ledger import INFLIGHT_TTL_S
 from toolfleet.worker.registry.registry import Registry
+from toolfleet.worker.registry.served_tool import ServedTool
 
 __all__ = ["CatalogPublisher"]
 
@@ -106,13 +112,19 @@ class CatalogPublisher:
         self._thread = threading.Thread(target=self._run, name="toolfleet-catalog", daemon=True)
 
     def publish(self) -> None:
-        """Write catalog entries and heartbeats once (one pipelined round trip).
+        """Write catalog entries and heartbeats once (two pipelined round trips).
 
         The catalog's epoch comes first (:mod:`toolfleet.shared.catalog_epoch`): into a
         Redis that lost its data, this worker opens the recovery window or gives it the
-        function names it remembers, before its own entries are written. Its
-        broker heartbeat (Dramatiq's; no fetch writes it) and the TTL of its in-flight
-        hash (no claim sets it) are written here too.
+        function names it remembers, before its own entries are written. The entries go
+        through :data:`~toolfleet.shared.catalog_life.PUBLISH_SCRIPT`, which refreshes
+        each name's liveness and workers, refuses names another tool owns, and deletes
+        the names no live worker serves; this worker's collisions are then reported with
+        its extension errors. Its broker heartbeat (Dramatiq's; no fetch writes it), the
+        TTL of its in-flight hash (no claim sets it), its worker info
+        (:class:`~toolfleet.shared.worker_info.WorkerInfo`) and the call aggregates counted
+        since the last beat (:mod:`toolfleet.shared.aggregates`; kept for the next beat
+        when Redis fails) are written here too.
         """
         now = time.time()
         pipe = self.client.pipeline(transaction=False)
@@ -127,18 +139,73 @@ class CatalogPublisher:
             "\n".join(self._remembered),
         )
         self.registry.refresh_tool_states()
-        entries = {
-            name: codec.dumps(self.registry.catalog_entry(served).model_dump(mode="json"))
-            for name, served in self.registry.served.items()
-            if served.queue in self.queues
-        }
-        if entries:
-            pipe.hset(catalog_key(self.namespace), mapping=entries)  # type: ignore[arg-type]
-        gone = sorted(self.registry.take_withdrawn() - set(entries))
+        served = {n: s for n, s in self.registry.served.items() if s.queue in self.queues}
+        keys, args = self._catalog_arguments(served, now)
+        pipe.eval(PUBLISH_SCRIPT, len(keys), *keys, *args)
+        gone = sorted(self.registry.take_withdrawn() - set(served))
         if gone:  # an MCP server dropped them; workers still serving them re-add them
             pipe.hdel(catalog_key(self.namespace), *gone)
-        names_at = len(pipe.command_stack)
         pipe.hkeys(catalog_key(self.namespace))
+        replies = pipe.execute()
+        self._epoch = _text(replies[0])
+        self._remembered = sorted(_text(name) for name in replies[-1])
+        pairs = [_text(v) for v in replies[1][0]]
+        self.registry.listed = frozenset(_text(v) for v in replies[1][2])
+        self._note_contested(dict(zip(pairs[::2], pairs[1::2], strict=True)), served)
+        self._beat(now)
+        self.registry.switches.refresh(self.client)
+        self._beats += 1
+        if self._beats % 5 == 0:
+            self._prune_infos(now)
+        if self.broker is not None and self._beats % 5 == 0:
+            for queue in self.queues:
+                run_maintenance(self.broker, queue)
+            if self.janitor is not None:
+                self.janitor.sweep(self.broker)
+
+    def _catalog_arguments(
+        self, served: dict[str, ServedTool], now: float
+    ) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of :data:`~toolfleet.shared.catalog_life.PUBLISH_SCRIPT`."""
+        ns = self.namespace
+        keys = [catalog_key(ns), catalog_live_key(ns), catalog_owners_key(ns)]
+        keys += [catalog_workers_key(ns, name) for name in served]
+        lifetime_ms = max(1, int(self.worker_ttl_s * 3000))
+        args: list[Any] = [repr(now), repr(now - self.worker_ttl_s), self.worker_id, lifetime_ms]
+        for name, item in served.items():
+            entry = codec.dumps(self.registry.catalog_entry(item).model_dump(mode="json"))
+            args += [name, item.identity, entry]
+        return keys, args
+
+    def _note_contested(self, contested: dict[str, str], served: dict[str, ServedTool]) -> None:
+        """Keep the names this worker was refused, and report the new and the settled ones."""
+        from toolfleet.worker.supervision import metrics  # the worker process loads it
+
+        before = self.registry.contested
+        self.registry.contested = contested
+        for name in sorted(set(contested) - set(before)):
+            mine = served[name].identity if name in served else "?"
+            log.error("extension problem: %s", contested_message(name, contested[name], mine))
+            metrics.CATALOG_COLLISIONS.labels(name).set(1)
+            self._post_collision(name, contested[name], mine)
+        for name in sorted(set(before) - set(contested)):
+            metrics.CATALOG_COLLISIONS.labels(name).set(0)
+
+    def _post_collision(self, name: str, owner: str, mine: str) -> None:
+        event = {"kind": "collision", "at": time.time(), "function": name, "owner": owner,
+                 "refused": mine, "worker": self.worker_id}  # fmt: skip
+        try:
+            self.client.xadd(events_key(self.namespace), {"event": codec.dumps(event)},
+                             maxlen=100_000, approximate=True)  # fmt: skip
+        except redis.RedisError as exc:
+            log.warning("collision event not posted: %s", exc)
+
+    def _beat(self, now: float) -> None:
+        """Heartbeats, worker info, extension errors, MCP states and aggregates (one round trip).
+
+        Its time is the ``rtt_ms`` the next beat's :class:`WorkerInfo` says.
+        """
+        pipe = self.client.pipeline(transaction=False)
         if self.registry.mcp is not None:
             servers = self.registry.mcp.status()
             for state in servers.values():
@@ -146,6 +213,10 @@ class CatalogPublisher:
             report = codec.dumps({"at": now, "servers": servers})
             pipe.hset(mcp_servers_key(self.namespace), self.worker_id, report)
         errors = {k: self.registry.redactor.scrub(v) for k, v in self.registry.errors.items()}
+        for name, owner in self.registry.contested.items():
+            item = self.registry.served.get(name)
+            mine = item.identity if item is not None else "?"
+            errors[f"name {name}"] = contested_message(name, owner, mine)
         errors_report = WorkerErrors(at=now, errors=errors).model_dump_json()
         pipe.hset(extension_errors_key(self.namespace), self.worker_id, errors_report)
         for queue in self.queues:
@@ -165,23 +236,12 @@ class CatalogPublisher:
         drained = self._drain_into(pipe)
         sent = time.perf_counter()
         try:
-            replies = pipe.execute()
+            pipe.execute()
         except BaseException:
             if drained and self.aggregates is not None:
                 self.aggregates.restore(drained)
             raise
         self._rtt_ms = (time.perf_counter() - sent) * 1000
-        self._epoch = _text(replies[0])
-        self._remembered = sorted(_text(name) for name in replies[names_at])
-        self.registry.switches.refresh(self.client)
-        self._beats += 1
-        if self._beats % 5 == 0:
-            self._prune_infos(now)
-        if self.broker is not None and self._beats % 5 == 0:
-            for queue in self.queues:
-                run_maintenance(self.broker, queue)
-            if self.janitor is not None:
-                self.janitor.sweep(self.broker)
 
     def _info(self, now: float) -> str:
         return WorkerInfo(
@@ -246,7 +306,11 @@ class CatalogPublisher:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop the thread and withdraw the heartbeats."""
+        """Stop the thread and withdraw the heartbeats.
+
+        Does not wait for a beat in progress (a tool holding the GIL may keep it from
+        ending): a beat that ends after this withdraws what it wrote itself (:meth:`_run`).
+        """
         self._stop.set()
         try:
             self.withdraw()
@@ -257,6 +321,8 @@ class CatalogPublisher:
         while not self._stop.wait(self.interval_s):
             try:
                 self.publish()
+                if self._stop.is_set():  # stopped during the beat: it wrote them back
+                    self.withdraw()
             except redis.RedisError as exc:
                 log.warning("catalog heartbeat failed: %s", exc)
 

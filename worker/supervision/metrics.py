@@ -15,6 +15,7 @@ __all__ = [
     "BREAKER_OPEN",
     "BREAKER_REFUSED",
     "CALLS",
+    "CATALOG_COLLISIONS",
     "CONCURRENCY_WAIT",
     "CALL_DURATION",
     "EXTENSION_LOAD_ERRORS",
@@ -46,6 +47,12 @@ BREAKER_REFUSED = Counter(
     "toolfleet_breaker_refused_total",
     "Calls answered not_available at once by an open circuit breaker, by function.",
     ["function"],
+)
+CATALOG_COLLISIONS = Gauge(
+    "toolfleet_catalog_collisions",
+    "1 while this process's tool is refused a function name another tool holds fleet-wide.",
+    ["function"],
+    multiprocess_mode="livemax",
 )
 CONCURRENCY_WAIT = Histogram(
     "toolfleet_concurrency_wait_seconds",

@@ -7,6 +7,7 @@ not a public API.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import signal
@@ -32,6 +33,7 @@ from toolfleet.worker.pipeline.cancels import CancelListener
 from toolfleet.worker.pipeline.ledger import Ledger
 from toolfleet.worker.pipeline.observe import Observer
 from toolfleet.worker.pipeline.replies import post_rejection
+from toolfleet.worker.pipeline.routes import RouteRecorder
 from toolfleet.worker.registry.loader import load_all
 from toolfleet.worker.registry.redaction import Redactor
 from toolfleet.worker.registry.registry import Registry
@@ -88,7 +90,13 @@ def main(argv: list[str] | None = None) -> int:
     _install_signal_handlers(stop)
     _watch_parent(stop)
 
-    registry = Registry(settings.namespace, secrets_dir=settings.secrets_dir, redactor=redactor)
+    registry = Registry(
+        settings.namespace,
+        secrets_dir=settings.secrets_dir,
+        redactor=redactor,
+        # "not served on this host" is the same in every process: the first one says it
+        unservable_log_level=logging.WARNING if args.index == 0 else logging.DEBUG,
+    )
     loaded, errors = load_all(
         args.extension,
         folders=settings.extension_folders(),
@@ -108,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
         log.error("nothing to serve: no extension provides the queues %s", args.queue or "(any)")
         return EXIT_NOTHING_TO_SERVE
     process_runner = _process_runner(args, registry) if registry.needs_processes else None
+    # What is loaded now lives as long as the process: out of the collector's sight
+    # (gc.freeze), so neither its full collections (pauses on the calls' path) nor its last
+    # one at exit, within the shutdown grace, walk it.
+    gc.freeze()
 
     factory = settings.redis_client  # each process calls it itself
     functions = len(registry.served)
@@ -161,7 +173,12 @@ def main(argv: list[str] | None = None) -> int:
     observer = Observer(
         registry, worker_id, models=frozenset(settings.quality_models), aggregates=aggregates
     )
-    handler = MessageHandler(pipeline, ledger, observer)
+    recorder = (
+        RouteRecorder(broker.client, settings.namespace, worker_id, settings.affinity_ttl_s)
+        if routes
+        else None
+    )
+    handler = MessageHandler(pipeline, ledger, observer, recorder)
     declare_actors(broker, handler, queues, private=routes)
     broker.client.hset(brokers_key(settings.namespace), worker_id, broker.broker_id)
     janitor = (
