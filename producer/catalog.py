@@ -31,6 +31,7 @@ from toolfleet.shared.catalog import (
 )
 from toolfleet.shared.catalog_epoch import recovering_functions
 from toolfleet.shared.catalog_life import beats_of, listed
+from toolfleet.shared.connect import address_of
 from toolfleet.shared.naming import (
     catalog_key,
     catalog_live_key,
@@ -375,8 +376,6 @@ _SEEN_LOCK = threading.Lock()
 
 
 def _seen_in(client: redis.Redis | redis.asyncio.Redis, namespace: str) -> _Seen:
-    kwargs = client.connection_pool.connection_kwargs
-    where = [kwargs.get(k) for k in ("path", "host", "port", "db")]
-    key = (repr(where), namespace)
+    key = (address_of(client), namespace)
     with _SEEN_LOCK:
         return _SEEN.setdefault(key, _Seen())

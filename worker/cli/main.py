@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from toolfleet.shared import codec
+from toolfleet.shared.connect import sync_client
 from toolfleet.shared.errors import ConfigurationError
 from toolfleet.shared.export import FORMATS
 from toolfleet.shared.naming import all_keys_pattern, default_queue_for
@@ -320,7 +321,7 @@ def _print_report(report: ReplayReport) -> None:
 
 
 def _delete_namespace(url: str, namespace: str) -> None:
-    client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
+    client = sync_client(url, socket_connect_timeout=2, socket_timeout=5)
     try:
         keys = list(client.scan_iter(match=all_keys_pattern(namespace), count=1000))
         if keys:
