@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -11,8 +12,9 @@ from pathlib import Path
 import redis
 import redis.cluster
 
-from conftest import unavailable
+from conftest import TESTS, toolfleet_command, unavailable
 from private_redis import Server, free_port, start_server
+from toolfleet.shared.naming import fleet_namespace, workers_key
 
 
 @dataclass
@@ -82,3 +84,51 @@ def start_cluster(folder: Path, *, masters: int = 3, replicas: int = 0) -> Clust
         for server in servers:
             server.stop()
         raise
+
+
+@dataclass
+class Group:
+    """A ``toolfleet worker`` serving one queue group."""
+
+    name: str
+    queue: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def start_group(cluster: Cluster, ns: str, group: str, queue: str, folder: Path) -> Group:
+    """``toolfleet worker --queue-group GROUP -Q QUEUE`` (1 process, 2 threads) on ``cluster``."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(TESTS),
+        "TOOLFLEET_REDIS_URL": cluster.url,
+        "TOOLFLEET_NAMESPACE": ns,
+        "TOOLFLEET_HEARTBEAT_INTERVAL_S": "0.5",
+        "TOOLFLEET_WORKER_TTL_S": "3",
+        "TOOLFLEET_SHUTDOWN_GRACE_S": "5",
+        "TOOLFLEET_HEALTH_DIR": str(folder / f"health-{group}"),
+        "TOOLFLEET_METRICS_PORT": "0",
+    }
+    argv = [toolfleet_command(), "worker", "-p", "1", "-t", "2", "--queue-group", group,
+            "--extension", "fleet_tools:extension", "-Q", queue]  # fmt: skip
+    log_path = folder / f"worker-{group}.log"
+    process = subprocess.Popen(argv, env=env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
+    return Group(group, queue, process, log_path)
+
+
+def wait_live(client: redis.cluster.RedisCluster, ns: str, groups: list[Group]) -> None:
+    """Wait until a worker of every group beats on its queue."""
+    deadline = time.monotonic() + 60
+    fleet = fleet_namespace(ns, cluster=True)
+    while time.monotonic() < deadline:
+        for group in groups:
+            if group.process.poll() is not None:
+                raise AssertionError(f"worker of {group.name} exited:\n{group.log()}")
+        live = [client.zcount(workers_key(fleet, g.queue), time.time() - 3, "+inf") for g in groups]
+        if all(live):
+            return
+        time.sleep(0.1)
+    raise AssertionError("workers not live:\n" + "\n".join(g.log() for g in groups))

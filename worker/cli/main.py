@@ -87,6 +87,13 @@ cli.params.extend(global_options())
     help="A factory returning a ready redis.Redis (e.g. Sentinel's master_for), used "
     "instead of --redis-url; env TOOLFLEET_REDIS_CLIENT.",
 )
+@click.option(
+    "--queue-group",
+    "queue_group",
+    metavar="NAME",
+    help="The queue group these workers serve: on a Redis Cluster its keys share one slot "
+    "(docs/cluster.md); env TOOLFLEET_QUEUE_GROUP, default 'default'.",
+)
 @click.pass_obj
 def worker(
     obj: CliState,
@@ -95,6 +102,7 @@ def worker(
     queues: tuple[str, ...],
     extensions: tuple[str, ...],
     redis_client: str | None,
+    queue_group: str | None,
 ) -> None:
     """Run and supervise worker processes until SIGTERM (then drain)."""
     factory = redis_client or obj.settings.redis_client
@@ -108,7 +116,9 @@ def worker(
         "INFO", obj.settings.log_format, supervisor, Redactor(obj.settings.secret_values())
     )
     options = WorkerOptions(
-        obj.settings.model_copy(update={"redis_client": factory}),
+        obj.settings.model_copy(
+            update={"redis_client": factory, "queue_group": queue_group or obj.settings.queue_group}
+        ),
         processes=max(1, processes),
         threads=max(1, threads),
         queues=list(queues),

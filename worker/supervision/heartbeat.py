@@ -30,10 +30,12 @@ from toolfleet.shared.naming import (
     catalog_workers_key,
     events_key,
     extension_errors_key,
+    group_of_namespace,
     inflight_key,
     mcp_servers_key,
     workers_key,
 )
+from toolfleet.shared.pipelines import pipeline
 from toolfleet.worker.messaging.maintenance import run_maintenance
 from toolfleet.worker.messaging.slots import SlotJanitor
 from toolfleet.worker.pipeline.ledger import INFLIGHT_TTL_S
@@ -105,7 +107,7 @@ class CatalogPublisher:
         the TTL of its in-flight hash (no claim sets it) are written here too.
         """
         now = time.time()
-        pipe = self.client.pipeline(transaction=False)
+        pipe = pipeline(self.client)
         pipe.eval(
             REPUBLISH_SCRIPT,
             2,
@@ -148,8 +150,12 @@ class CatalogPublisher:
         keys += [catalog_workers_key(ns, name) for name in served]
         lifetime_ms = max(1, int(self.worker_ttl_s * 3000))
         args: list[Any] = [repr(now), repr(now - self.worker_ttl_s), self.worker_id, lifetime_ms]
+        group = group_of_namespace(ns)  # on a cluster, entries name their group
+        tagged = {} if group is None else {"group": group}
         for name, item in served.items():
-            entry = codec.dumps(self.registry.catalog_entry(item).model_dump(mode="json"))
+            entry = codec.dumps(
+                {**self.registry.catalog_entry(item).model_dump(mode="json"), **tagged}
+            )
             args += [name, item.identity, entry]
         return keys, args
 
@@ -209,7 +215,7 @@ class CatalogPublisher:
 
     def withdraw(self) -> None:
         """Remove this worker from every queue's live set and its error report (on shutdown)."""
-        pipe = self.client.pipeline(transaction=False)
+        pipe = pipeline(self.client)
         for queue in self.queues:
             pipe.zrem(workers_key(self.namespace, queue), self.worker_id)
         pipe.hdel(mcp_servers_key(self.namespace), self.worker_id)
