@@ -34,7 +34,9 @@ class Cluster:
 
     def client(self) -> redis.cluster.RedisCluster:
         """A fresh cluster client (the caller closes it)."""
-        return redis.cluster.RedisCluster(host="127.0.0.1", port=self.ports[0])
+        live = [s for s in self.servers if s.process.poll() is None]
+        nodes = [redis.cluster.ClusterNode("127.0.0.1", int(s.url.rsplit(":", 1)[1])) for s in live]
+        return redis.cluster.RedisCluster(startup_nodes=nodes)
 
     def master_of(self, key: str) -> int:
         """The port of the master that serves ``key``'s slot."""
@@ -48,6 +50,21 @@ class Cluster:
     def stop(self) -> None:
         for server in self.servers:
             server.stop()
+
+
+def _replicas_synced(ports: list[int], masters: int) -> bool:
+    """Every node past the masters is a replica whose link to its master is up.
+
+    A replica that never synced refuses to fail over (``cluster-replica-validity-factor``).
+    """
+    replicas = 0
+    for port in ports:
+        info = redis.Redis(port=port).info("replication")
+        if info.get("role") == "slave":
+            if info.get("master_link_status") != "up":
+                return False
+            replicas += 1
+    return replicas == len(ports) - masters
 
 
 def start_cluster(folder: Path, *, masters: int = 3, replicas: int = 0) -> Cluster:
@@ -76,7 +93,7 @@ def start_cluster(folder: Path, *, masters: int = 3, replicas: int = 0) -> Clust
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             states = [redis.Redis(port=p).cluster("info").get("cluster_state") for p in ports]
-            if all(state == "ok" for state in states):
+            if all(state == "ok" for state in states) and _replicas_synced(ports, masters):
                 return Cluster(servers, ports, folder, masters)
             time.sleep(0.1)
         raise AssertionError(f"the cluster did not reach cluster_state:ok: {states}")

@@ -55,11 +55,12 @@ def test_master_killed_under_load(replicated: Cluster, tmp_path: Path) -> None:
             assert client.call(F + "add", {"a": 1, "b": 1}).content == 2
             timeout_s = 15.0
             sent = time.time()
-            futures = [
-                client.submit(F + "add", {"a": i, "b": 0}, timeout_s=timeout_s) for i in range(300)
-            ]
-            victim.process.kill()  # SIGKILL: no save, no goodbye to the cluster
-            victim.process.wait()
+            futures = []
+            for i in range(300):  # the master dies half way: calls queued, running, sent after
+                if i == 150:
+                    victim.process.kill()  # SIGKILL: no save, no goodbye to the cluster
+                    victim.process.wait()
+                futures.append(client.submit(F + "add", {"a": i, "b": 0}, timeout_s=timeout_s))
             results = [f.result() for f in futures]
             assert time.time() - sent < timeout_s + 5  # every call resolved by its deadline
             statuses = {s.value: sum(r.status is s for r in results) for s in Status}
