@@ -21,7 +21,9 @@ from typing import Any, Protocol
 
 import redis
 import redis.asyncio
+import redis.cluster
 
+from toolfleet.shared.connect import async_client, is_cluster, is_cluster_url, sync_client
 from toolfleet.shared.errors import ClientError, ConfigurationError, ConnectionFailed
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.urls import check_redis_url, redacted_url
@@ -94,6 +96,10 @@ def redis_source(
         raise ConfigurationError(
             "no Redis URL: pass redis_url= (or redis_client=) or set TOOLFLEET_REDIS_URL"
         )
+    if asyncio and is_cluster_url(url):
+        raise ConfigurationError(
+            f"{redacted_url(url)}: AsyncToolClient does not serve a Redis Cluster; use ToolClient"
+        )
     return RedisSource(check_redis_url(url), None, redacted_url(url))
 
 
@@ -110,8 +116,11 @@ def pool_of(
 ) -> Any:
     """The connection pool of what the caller handed a client (``None`` when nothing).
 
+    A sync ``redis.cluster.RedisCluster`` stands for its own pool (it keeps one per node).
+
     Args:
-        redis_client: a ``redis.Redis`` (sync) or ``redis.asyncio.Redis`` (asyncio), or None.
+        redis_client: a ``redis.Redis`` or ``redis.cluster.RedisCluster`` (sync), or a
+            ``redis.asyncio.Redis`` (asyncio), or None.
         connection_pool: a ``redis.ConnectionPool`` or ``redis.asyncio.ConnectionPool``
             (or a subclass: blocking, Sentinel), or None.
         asyncio: whether the client is ``AsyncToolClient``.
@@ -127,6 +136,12 @@ def pool_of(
     client_type = redis.asyncio.Redis if asyncio else redis.Redis
     pool_type = redis.asyncio.ConnectionPool if asyncio else redis.ConnectionPool
     flavour = "redis.asyncio" if asyncio else "redis (sync)"
+    if is_cluster(redis_client):
+        if asyncio or not isinstance(redis_client, redis.cluster.RedisCluster):
+            raise ClientError("AsyncToolClient does not serve a Redis Cluster; use ToolClient")
+        if redis_client.get_encoder().decode_responses:  # type: ignore[no-untyped-call]
+            raise ClientError("the Redis client must not decode responses (decode_responses=False)")
+        return redis_client
     if redis_client is not None:
         if not isinstance(redis_client, client_type):
             raise ClientError(f"redis_client must be a {flavour} client, not {redis_client!r}")
@@ -142,6 +157,9 @@ def pool_of(
 
 def pool_where(pool: Any) -> str:
     """A printable description of a caller's pool: its address, never its password."""
+    if isinstance(pool, redis.cluster.RedisCluster):
+        nodes = ",".join(f"{n.host}:{n.port}" for n in pool.get_primaries())  # type: ignore[no-untyped-call]
+        return f"redis+cluster://{nodes}"
     kwargs = pool.connection_kwargs
     service = getattr(pool, "service_name", None)
     if service:
@@ -172,11 +190,13 @@ def sync_connection(
     ``timeout_s``: socket and connect timeout (``None`` for the reply listener's
     blocking reads); ``single``: a client of one connection of its own.
     """
+    if isinstance(source.pool, redis.cluster.RedisCluster):
+        return source.pool  # type: ignore[return-value]  # it routes like a redis.Redis
     if source.pool is not None:
         return redis.Redis(connection_pool=source.pool)
-    return redis.Redis.from_url(source.url, client_name=name, socket_timeout=timeout_s,
-                                socket_connect_timeout=timeout_s,
-                                single_connection_client=single)  # fmt: skip
+    return sync_client(source.url, client_name=name, socket_timeout=timeout_s,  # type: ignore[return-value]
+                       socket_connect_timeout=timeout_s,
+                       single_connection_client=single)  # fmt: skip
 
 
 def async_command_pool(source: Any, name: str, timeout_s: float, size: int) -> Any:
@@ -198,10 +218,10 @@ def async_reply_connection(source: Any, name: str, connect_timeout_s: float) -> 
     """
     if source.pool is not None:
         return redis.asyncio.Redis(connection_pool=source.pool)
-    return redis.asyncio.Redis.from_url(source.url, socket_timeout=None, client_name=name,
-                                        single_connection_client=True,
-                                        socket_connect_timeout=connect_timeout_s,
-                                        **tcp_options(source.url))  # fmt: skip
+    return async_client(source.url, socket_timeout=None, client_name=name,  # type: ignore[return-value]
+                        single_connection_client=True,
+                        socket_connect_timeout=connect_timeout_s,
+                        **tcp_options(source.url))  # fmt: skip
 
 
 class _ForkAware(Protocol):

@@ -20,6 +20,7 @@ import redis
 import redis.asyncio
 from pydantic import ValidationError
 
+from toolfleet.producer._core.keyspace import KeySpace
 from toolfleet.producer._redis import DeadlinePassed
 from toolfleet.shared import codec
 from toolfleet.shared.catalog import (
@@ -31,6 +32,7 @@ from toolfleet.shared.catalog import (
 )
 from toolfleet.shared.catalog_epoch import recovering_functions
 from toolfleet.shared.catalog_life import beats_of, listed
+from toolfleet.shared.connect import address_of
 from toolfleet.shared.naming import (
     catalog_key,
     catalog_live_key,
@@ -39,6 +41,7 @@ from toolfleet.shared.naming import (
     switches_key,
     workers_key,
 )
+from toolfleet.shared.pipelines import pipeline
 
 __all__ = ["AsyncCatalogReader", "Catalog", "CatalogReader", "read_entries"]
 
@@ -138,10 +141,16 @@ class CatalogReader:
     MISS_REFRESH_S = 0.1
 
     def __init__(
-        self, client: redis.Redis, namespace: str, cache_s: float, worker_ttl_s: float
+        self,
+        client: redis.Redis,
+        namespace: str,
+        cache_s: float,
+        worker_ttl_s: float,
+        keys: KeySpace | None = None,
     ) -> None:
         self.client = client
         self.namespace = namespace
+        self.keys = keys or KeySpace(namespace, False, "")
         self.cache_s = cache_s
         self.worker_ttl_s = worker_ttl_s
         self._lock = threading.Lock()
@@ -169,13 +178,14 @@ class CatalogReader:
             return self._snapshot
 
     def _read(self) -> Catalog:
-        first = self.client.pipeline(transaction=False)
-        for command in _entry_commands(self.namespace):
+        first = pipeline(self.client)
+        for command in _entry_commands(self.keys.fleet):
             getattr(first, command[0])(*command[1:])
         entries = _listed(first.execute(), self.worker_ttl_s)
+        self.keys.learn(entries)
         queues = _queues(entries, self.watch)
-        pipe = self.client.pipeline(transaction=False)
-        for command in _status_commands(self.namespace, queues, self.worker_ttl_s):
+        pipe = pipeline(self.client)
+        for command in _status_commands(self.keys, queues, self.worker_ttl_s):
             getattr(pipe, command[0])(*command[1:])
         return _snapshot(entries, queues, pipe.execute(), self._seen)
 
@@ -244,8 +254,9 @@ class AsyncCatalogReader:
             getattr(first, command[0])(*command[1:])
         entries = _listed(await first.execute(), self.worker_ttl_s)
         queues = _queues(entries, self.watch)
-        pipe = self.client.pipeline(transaction=False)
-        for command in _status_commands(self.namespace, queues, self.worker_ttl_s):
+        pipe = pipeline(self.client)
+        plain = KeySpace(self.namespace, False, "")  # asyncio: a plain Redis only
+        for command in _status_commands(plain, queues, self.worker_ttl_s):
             getattr(pipe, command[0])(*command[1:])
         return _snapshot(entries, queues, await pipe.execute(), self._seen)
 
@@ -329,16 +340,16 @@ def _queues(
 
 
 def _status_commands(
-    namespace: str, queues: list[str], worker_ttl_s: float
+    keys: KeySpace, queues: list[str], worker_ttl_s: float
 ) -> list[tuple[Any, ...]]:
     since = time.time() - worker_ttl_s
     commands: list[tuple[Any, ...]] = [
-        ("hgetall", switches_key(namespace)),
-        ("smembers", catalog_recovering_key(namespace)),
+        ("hgetall", switches_key(keys.fleet)),
+        ("smembers", catalog_recovering_key(keys.fleet)),
     ]
     for queue in queues:
-        commands.append(("zcount", workers_key(namespace, queue), since, "+inf"))
-        commands.append(("hlen", queue_msgs_key(namespace, queue)))
+        commands.append(("zcount", workers_key(keys.fleet, queue), since, "+inf"))
+        commands.append(("hlen", queue_msgs_key(keys.of_queue(queue), queue)))
     return commands
 
 
@@ -381,8 +392,6 @@ _SEEN_LOCK = threading.Lock()
 
 
 def _seen_in(client: redis.Redis | redis.asyncio.Redis, namespace: str) -> _Seen:
-    kwargs = client.connection_pool.connection_kwargs
-    where = [kwargs.get(k) for k in ("path", "host", "port", "db")]
-    key = (repr(where), namespace)
+    key = (address_of(client), namespace)
     with _SEEN_LOCK:
         return _SEEN.setdefault(key, _Seen())

@@ -24,10 +24,12 @@ from toolfleet.producer._core.calls import REDIS_FAILURES, Arguments, check_budg
 from toolfleet.producer._core.fleet import (
     CANCEL_QUEUED_SCRIPT,
     count_live,
+    merge_foreign_cancels,
     queue_find_queued,
     queue_foreign_cancel,
     read_routes,
 )
+from toolfleet.producer._core.keyspace import KeySpace
 from toolfleet.producer._redis import sync_connection, track_forks
 from toolfleet.producer.backpressure import InFlightLimit
 from toolfleet.producer.bounded import DeadlineRunner
@@ -37,7 +39,9 @@ from toolfleet.producer.follower import Follower
 from toolfleet.producer.listener import ReplyListener
 from toolfleet.producer.publish import Publisher
 from toolfleet.producer.stream import SyncTurnStream, TurnState
+from toolfleet.shared.connect import is_cluster
 from toolfleet.shared.naming import extension_errors_key
+from toolfleet.shared.pipelines import pipeline
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.tenancy.enqueue import QuotaDefaults
 from toolfleet.shared.wire import CallContext, ToolCallResult
@@ -109,15 +113,19 @@ class ToolClient(ClientBase):
         self._new_core(InFlightLimit(self.max_in_flight))
         self._redis = self._connection("producer")
         ns, settings = self.namespace, self.settings
+        self._keys = KeySpace(ns, is_cluster(self._redis), self.client_id)
         self._catalog = CatalogReader(self._redis, ns, settings.catalog_cache_s,
-                                      settings.worker_ttl_s)  # fmt: skip
+                                      settings.worker_ttl_s, self._keys)  # fmt: skip
         self._catalog.watch = self._core.slots.queues
         self._publisher = Publisher(self._redis, ns, QuotaDefaults.from_settings(settings),
-                                    settings.reply_ttl_s)  # fmt: skip
+                                    settings.reply_ttl_s, self._keys)  # fmt: skip
         self._follower = Follower(self._redis, self._core.following, self._core.table)
         self._listener = ReplyListener(lambda: self._connection("reply"), self.reply_to,
                                        self._core.table, self._redis, ns,
-                                       settings.reply_ttl_s)  # fmt: skip
+                                       settings.reply_ttl_s, self._keys)  # fmt: skip
+        #: on a cluster, a listener per queue group's reply list (the first one's deadline
+        #: thread expires every call)
+        self._group_listeners: dict[str, ReplyListener] = {}
         self._bounded = DeadlineRunner(f"toolfleet-io-{self.client_id}")
         self._start_lock = threading.Lock()
         self._started = False
@@ -219,8 +227,11 @@ class ToolClient(ClientBase):
         while wait and self._core.table.in_flight:
             time.sleep(0.01)
         self._listener.stop()
+        for listener in self._group_listeners.values():
+            listener.stop()
         with contextlib.suppress(*REDIS_FAILURES):
-            self._redis.delete(self.reply_to)
+            for key in {self.reply_to, *self._group_listeners}:
+                self._redis.delete(key)  # one by one: on a cluster they are in other slots
         self._bounded.close()
         self._redis.close()
 
@@ -266,25 +277,42 @@ class ToolClient(ClientBase):
             return self._slots.acquire(step.wait_s)
         if isinstance(step, core.Publish):
             items, no_breaker, keys = step.items, step.no_breaker, step.keys
-            return self._bounded.run(
+            outcomes = self._bounded.run(
                 lambda: self._publisher.publish_many(items, no_breaker, keys), step.deadline
             )
+            self._listen_on_groups()
+            return outcomes
         if isinstance(step, core.MarkResolved):
             return self._listener.mark_within(step.call_ids)
         if isinstance(step, core.ReadExtensionErrors):
-            return self._redis.hgetall(extension_errors_key(self.namespace))
+            return self._redis.hgetall(extension_errors_key(self._keys.fleet))
         if isinstance(step, core.FindQueued):
-            pipe = self._redis.pipeline(transaction=False)
-            queue_find_queued(pipe, self.namespace, step.call_id, step.queues)
+            pipe = pipeline(self._redis)
+            for queue in step.queues:
+                queue_find_queued(pipe, self._keys.of_queue(queue), step.call_id, [queue])
             return pipe.execute()
         if isinstance(step, core.AnswerQueued):
             script = self._redis.register_script(CANCEL_QUEUED_SCRIPT)
             return script(keys=step.cancel.keys, args=step.cancel.args)
         if isinstance(step, core.ReadRoutes):
-            return read_routes(self._redis.pipeline(transaction=False), step.keys, step.ttl_s)
+            return read_routes(pipeline(self._redis), step.keys, step.ttl_s)
         if isinstance(step, core.CheckLive):
-            pipe = self._redis.pipeline(transaction=False)
-            return count_live(pipe, self.namespace, step.queues, self.settings.worker_ttl_s)
-        pipe = self._redis.pipeline(transaction=False)
-        queue_foreign_cancel(pipe, self.namespace, step.call_id, self.settings.reply_ttl_s)
-        return pipe.execute()
+            pipe = pipeline(self._redis)
+            return count_live(pipe, self._keys.fleet, step.queues, self.settings.worker_ttl_s)
+        replies: list[Any] = []  # per group known: (finished, marked, receivers)
+        for prefix in self._keys.prefixes():
+            pipe = pipeline(self._redis)
+            queue_foreign_cancel(pipe, prefix, step.call_id, self.settings.reply_ttl_s)
+            replies.append(pipe.execute())
+        return merge_foreign_cancels(replies)
+
+    def _listen_on_groups(self) -> None:
+        """On a cluster: start a listener on each group's reply list calls were sent with."""
+        for key in self._keys.reply_lists():
+            if key == self.reply_to or key in self._group_listeners:
+                continue
+            listener = ReplyListener(lambda: self._connection("reply"), key, self._core.table,
+                                     self._redis, self.namespace, self.settings.reply_ttl_s,
+                                     self._keys, deadlines=False)  # fmt: skip
+            self._group_listeners[key] = listener
+            listener.start()

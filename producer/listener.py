@@ -21,7 +21,9 @@ from typing import Any
 import redis
 
 from toolfleet.producer._core.fleet import outcomes_of, queue_resolved
+from toolfleet.producer._core.keyspace import KeySpace
 from toolfleet.producer._core.pending import PendingTable
+from toolfleet.shared.pipelines import pipeline
 
 __all__ = ["DRAIN_BATCH", "MARK_WAIT_S", "MAX_WAIT_S", "ReplyListener"]
 
@@ -50,6 +52,10 @@ class ReplyListener:
         commands: the client's command connection.
         namespace: key prefix.
         ttl_s: seconds a marker is kept.
+        keys: the client's key prefixes: on a cluster the markers are written in every
+            queue group the client knows (a call's id alone does not name its group).
+        deadlines: run the deadline thread (one per client: a cluster client has one
+            listener per group's reply list, and only the first expires calls).
     """
 
     def __init__(
@@ -60,8 +66,13 @@ class ReplyListener:
         commands: redis.Redis,
         namespace: str,
         ttl_s: int,
+        keys: KeySpace | None = None,
+        *,
+        deadlines: bool = True,
     ) -> None:
         self._connect = connect
+        self._keys = keys or KeySpace(namespace, False, "")
+        self._deadlines = deadlines
         self._commands, self._namespace, self._ttl_s = commands, namespace, ttl_s
         self._marks = ThreadPoolExecutor(1, thread_name_prefix="toolfleet-marks")
         self.key = key
@@ -76,7 +87,8 @@ class ReplyListener:
     def start(self) -> None:
         """Start the listener and deadline threads."""
         self._thread.start()
-        self._timer.start()
+        if self._deadlines:
+            self._timer.start()
 
     def rearm(self) -> None:
         """The earliest deadline moved: the deadline thread looks again."""
@@ -88,7 +100,8 @@ class ReplyListener:
         self._moved.set()
         if self._thread.ident is not None:  # started (a forked child's may not be yet)
             self._thread.join(timeout_s)
-            self._timer.join(timeout_s)
+            if self._timer.ident is not None:
+                self._timer.join(timeout_s)
         self.table.close("the client was closed before a reply came")
         self._marks.shutdown(wait=False)
 
@@ -105,9 +118,13 @@ class ReplyListener:
             self._marks.submit(self._mark, [call_id])
 
     def _mark(self, call_ids: list[str]) -> list[bytes | None]:
-        pipe = self._commands.pipeline(transaction=True)
-        queue_resolved(pipe, self._namespace, call_ids, self._ttl_s)
-        return outcomes_of(pipe.execute())
+        found: list[bytes | None] = [None] * len(call_ids)
+        for prefix in self._keys.prefixes():  # one MULTI per group (one slot each)
+            pipe = pipeline(self._commands, transaction=True)
+            queue_resolved(pipe, prefix, call_ids, self._ttl_s)
+            outcomes = outcomes_of(pipe.execute())
+            found = [mine or theirs for mine, theirs in zip(found, outcomes, strict=True)]
+        return found
 
     def _expire(self, call_ids: list[str]) -> None:
         self.table.expire(call_ids, self.mark_within(call_ids))

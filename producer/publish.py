@@ -30,9 +30,11 @@ import orjson
 import redis
 import redis.asyncio
 
+from toolfleet.producer._core.keyspace import KeySpace
 from toolfleet.shared import tracing
 from toolfleet.shared.idempotency import Duplicate, Idempotency
 from toolfleet.shared.naming import actor_name_for
+from toolfleet.shared.pipelines import pipeline
 from toolfleet.shared.tenancy.enqueue import (
     ENQUEUE_SCRIPT,
     QuotaDefaults,
@@ -90,11 +92,16 @@ class _Dispatch:
     """Keys and arguments of the enqueue script for one request."""
 
     def __init__(
-        self, namespace: str, quotas: QuotaDefaults | None, idempotency_ttl_s: float
+        self,
+        namespace: str,
+        quotas: QuotaDefaults | None,
+        idempotency_ttl_s: float,
+        keys: KeySpace | None = None,
     ) -> None:
         self.namespace = namespace
         self.quotas = quotas or QuotaDefaults()
         self.idempotency_ttl_s = idempotency_ttl_s
+        self.keys = keys or KeySpace(namespace, False, "")
 
     def call(
         self,
@@ -103,9 +110,11 @@ class _Dispatch:
         no_breaker: Container[str] = (),
         keys: Keys | None = None,
     ) -> tuple[list[str], list[Any]]:
+        if self.keys.cluster:  # its reply comes on the client's list in the queue's group
+            request = request.model_copy(update={"reply_to": self.keys.reply_to(queue)})
         redis_message_id, body = encode_message(queue, request, redis_message_id=request.id)
         return enqueue_call(
-            self.namespace,
+            self.keys.of_queue(queue),
             queue,
             redis_message_id=redis_message_id,
             body=body,
@@ -134,12 +143,15 @@ def _unloaded(replies: Sequence[Any]) -> list[int]:
 
 
 def _rechecks(
-    namespace: str, calls: Sequence[tuple[list[str], list[Any]]], replies: Sequence[Any]
+    prefixes: Sequence[str], calls: Sequence[tuple[list[str], list[Any]]], replies: Sequence[Any]
 ) -> dict[int, tuple[list[str], list[Any]]]:
-    """The positions of the replies that ask to run again, with the call to run there."""
+    """The positions of the replies that ask to run again, with the call to run there.
+
+    ``prefixes``: each call's key prefix (its queue's, :class:`KeySpace`).
+    """
     again = {}
-    for i, (call, reply) in enumerate(zip(calls, replies, strict=True)):
-        rerun = recheck(namespace, call, reply)
+    for i, (call, reply, prefix) in enumerate(zip(calls, replies, prefixes, strict=True)):
+        rerun = recheck(prefix, call, reply)
         if rerun is not None:
             again[i] = rerun
     return again
@@ -168,9 +180,10 @@ class Publisher:
         namespace: str,
         quotas: QuotaDefaults | None = None,
         idempotency_ttl_s: float = 300.0,
+        keys: KeySpace | None = None,
     ) -> None:
         self._client = client
-        self._dispatch = _Dispatch(namespace, quotas, idempotency_ttl_s)
+        self._dispatch = _Dispatch(namespace, quotas, idempotency_ttl_s, keys)
         self._script = client.register_script(ENQUEUE_SCRIPT)
 
     def publish(self, queue: str, request: ToolCallRequest) -> Refused | Duplicate | None:
@@ -181,7 +194,7 @@ class Publisher:
         """
         keys, args = self._dispatch.call(queue, request)
         reply = self._script(keys=keys, args=args)
-        rerun = recheck(self._dispatch.namespace, (keys, args), reply)
+        rerun = recheck(self._dispatch.keys.of_queue(queue), (keys, args), reply)
         if rerun is not None:
             reply = self._script(keys=rerun[0], args=rerun[1])
         return refused(reply)
@@ -216,7 +229,8 @@ class Publisher:
                 again = self._execute([calls[i] for i in missing])
                 for i, reply in zip(missing, again, strict=True):
                     replies[i] = reply
-            if reruns := _rechecks(self._dispatch.namespace, calls, replies):
+            prefixes = [self._dispatch.keys.of_queue(q) for q, _ in chunk]
+            if reruns := _rechecks(prefixes, calls, replies):
                 rerun = self._execute(list(reruns.values()))
                 for i, reply in zip(reruns, rerun, strict=True):
                     replies[i] = reply
@@ -224,7 +238,7 @@ class Publisher:
         return outcomes
 
     def _execute(self, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
-        pipe = self._client.pipeline(transaction=False)
+        pipe = pipeline(self._client)
         _evalsha(pipe, self._script.sha, calls)
         return list(pipe.execute(raise_on_error=False))
 
@@ -327,7 +341,8 @@ class AsyncPublisher:
                         again = await self._execute([calls[i] for i in missing])
                         for i, reply in zip(missing, again, strict=True):
                             replies[i] = reply
-                    if reruns := _rechecks(self._dispatch.namespace, calls, replies):
+                    prefixes = [self._dispatch.namespace] * len(calls)  # a plain Redis
+                    if reruns := _rechecks(prefixes, calls, replies):
                         rerun = await self._execute(list(reruns.values()))
                         for i, reply in zip(reruns, rerun, strict=True):
                             replies[i] = reply
@@ -345,7 +360,7 @@ class AsyncPublisher:
             self._waiting = []
 
     async def _execute(self, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
-        pipe = self._client.pipeline(transaction=False)
+        pipe = pipeline(self._client)
         _evalsha(pipe, self._script.sha, calls)
         return list(await pipe.execute(raise_on_error=False))
 

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from toolfleet.shared.manifest import Availability
-from toolfleet.shared.naming import extension_switch, function_name, tool_identity
+from toolfleet.shared.naming import DEFAULT_GROUP, extension_switch, function_name, tool_identity
 from toolfleet.shared.nearest import did_you_mean
 from toolfleet.shared.wire import Status
 
@@ -26,6 +26,7 @@ __all__ = [
     "SwitchDeclaration",
     "governing_switches",
     "refusal",
+    "entry_group",
     "switch_states",
     "switched_off",
 ]
@@ -91,6 +92,18 @@ class CatalogEntry(BaseModel):
         if isinstance(value, Mapping):
             return {k: v for k, v in value.items() if k in Availability.model_fields}
         return value
+
+
+def entry_group(entry: CatalogEntry | Mapping[str, Any]) -> str:
+    """The queue group whose workers published ``entry`` (typed, or as read).
+
+    Workers on a Redis Cluster name it in the entry (``"group"``, an extra field); on a
+    plain Redis there is none and every call is of
+    :data:`~toolfleet.shared.naming.DEFAULT_GROUP`.
+    """
+    extra = entry if isinstance(entry, Mapping) else (entry.model_extra or {})
+    group = extra.get("group")
+    return group if isinstance(group, str) and group else DEFAULT_GROUP
 
 
 #: What the model reads for a function missing from a catalog being republished.

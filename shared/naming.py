@@ -32,6 +32,13 @@ Redis keys (``ns`` is the namespace, default ``toolfleet``)::
     <ns>:route:<digest>          a conversation's route to the process holding its session
     <ns>:idempotency:<digest>    the call an idempotency key was first used for
     <ns>:agg:<minute>            hash: one minute's call aggregates (toolfleet.shared.aggregates)
+
+On a Redis Cluster (:func:`group_namespace` with ``cluster=True``) every key above but
+the fleet-wide ones is named under ``<ns>:{g.<group>}`` (the hash tag of its queue
+group: one slot per group) and the fleet-wide ones (:data:`FLEET_WIDE`: catalog, epoch,
+recovering set, liveness, owners and workers of names, worker heartbeats, extension
+errors, MCP states) under ``<ns>:{fleet}``;
+a plain Redis keeps ``<ns>`` for all (docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ __all__ = [
     "affinity_queue_for",
     "aggregates_key",
     "all_keys_pattern",
+    "fleet_base",
     "breaker_key",
     "broker_heartbeats_key",
     "brokers_key",
@@ -69,6 +77,11 @@ __all__ = [
     "extension_errors_key",
     "extension_for",
     "extension_switch",
+    "FLEET_WIDE",
+    "DEFAULT_GROUP",
+    "fleet_namespace",
+    "group_namespace",
+    "group_of_namespace",
     "function_name",
     "function_names",
     "idempotency_key",
@@ -86,6 +99,7 @@ __all__ = [
     "quota_rate_key",
     "reply_key",
     "route_key",
+    "reply_namespace",
     "sanitize_slug",
     "slot_lock_key",
     "slots_key",
@@ -101,6 +115,60 @@ FUNCTION_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 MAX_FUNCTION_NAME = 64
 _NOT_NAME = re.compile(r"[^a-zA-Z0-9_]")
 _NOT_QUEUE = re.compile(r"[^a-zA-Z0-9._-]")
+
+
+#: The queue group of a worker that names none (``TOOLFLEET_QUEUE_GROUP``).
+DEFAULT_GROUP = "default"
+#: The keys of fleet-wide state: under a cluster they share the ``{fleet}`` slot.
+FLEET_WIDE = ("catalog", "catalog epoch", "catalog recovering", "catalog live",
+              "catalog owners", "catalog workers", "workers", "extension errors",
+              "mcp servers")  # fmt: skip
+_GROUP_TAGGED = re.compile(r"^(?P<base>.*):\{(?:g\.[^{}]*|fleet)\}$")
+_NOT_TAG = re.compile(r"[{}]")
+
+
+def group_namespace(namespace: str, group: str, *, cluster: bool) -> str:
+    """The prefix of queue group ``group``'s keys: ``<ns>:{g.<group>}`` on a cluster, else ``<ns>``.
+
+    The hash tag puts every key of one group (queues, lanes, bodies, acks, claims,
+    outcomes, cancel markers, slots, breakers, switches, quotas, its callers' reply
+    lists) in one cluster slot, so each script runs in one slot. On a plain Redis the
+    group changes nothing: the key names stay as they always were. Braces in ``group``
+    become ``_`` (they would end the tag).
+
+    Args:
+        namespace: the deployment's namespace (``TOOLFLEET_NAMESPACE``).
+        group: the queue group (``TOOLFLEET_QUEUE_GROUP``, ``deploy/k8s/queue-groups.toml``).
+        cluster: whether Redis is a cluster (:func:`toolfleet.shared.connect.is_cluster_url`).
+    """
+    if not cluster:
+        return namespace
+    return f"{fleet_base(namespace)}:{{g.{_NOT_TAG.sub('_', group)}}}"
+
+
+def fleet_namespace(namespace: str, *, cluster: bool = False) -> str:
+    """The prefix of fleet-wide keys for a (group) namespace.
+
+    ``<ns>:{g.<group>}`` and ``<ns>:{fleet}`` give ``<ns>:{fleet}``; so does a plain
+    ``<ns>`` with ``cluster=True``; without it a plain ``<ns>`` stays (a plain Redis).
+    """
+    if cluster or _GROUP_TAGGED.match(namespace):
+        return f"{fleet_base(namespace)}:{{fleet}}"
+    return namespace
+
+
+def fleet_base(namespace: str) -> str:
+    """``namespace`` without a group or fleet hash tag (the deployment's namespace)."""
+    found = _GROUP_TAGGED.match(namespace)
+    return found.group("base") if found else namespace
+
+
+def group_of_namespace(namespace: str) -> str | None:
+    """The group a :func:`group_namespace` prefix names, ``None`` for a plain or fleet one."""
+    found = _GROUP_TAGGED.match(namespace)
+    if not found or namespace.endswith(":{fleet}"):
+        return None
+    return namespace[len(found.group("base")) + 4 : -1]
 
 
 def sanitize_slug(slug: str) -> str:
@@ -201,39 +269,44 @@ def reply_key(namespace: str, client_id: str) -> str:
     return f"{namespace}:reply:{client_id}"
 
 
+def reply_namespace(reply_list: str) -> str:
+    """The key prefix a :func:`reply_key` was made with (a call's group's, on a cluster)."""
+    return reply_list.rpartition(":reply:")[0]
+
+
 def catalog_key(namespace: str) -> str:
     """The hash of catalog entries, one field per function name."""
-    return f"{namespace}:catalog"
+    return f"{fleet_namespace(namespace)}:catalog"
 
 
 def catalog_epoch_key(namespace: str) -> str:
     """The catalog's epoch id, set (NX) by the first worker that publishes into an empty Redis."""
-    return f"{namespace}:catalog:epoch"
+    return f"{fleet_namespace(namespace)}:catalog:epoch"
 
 
 def catalog_recovering_key(namespace: str) -> str:
     """The set of functions served before Redis lost its data, for one worker TTL after."""
-    return f"{namespace}:catalog:recovering"
+    return f"{fleet_namespace(namespace)}:catalog:recovering"
 
 
 def catalog_live_key(namespace: str) -> str:
     """The sorted set of catalogued names -> newest heartbeat of a worker serving each (epoch s)."""
-    return f"{namespace}:catalog:live"
+    return f"{fleet_namespace(namespace)}:catalog:live"
 
 
 def catalog_owners_key(namespace: str) -> str:
     """The hash of catalogued names -> the tool each stands for, ``<slug>/<tool>``."""
-    return f"{namespace}:catalog:owners"
+    return f"{fleet_namespace(namespace)}:catalog:owners"
 
 
 def catalog_workers_key(namespace: str, function: str) -> str:
     """The sorted set of workers serving ``function`` (score: last heartbeat, epoch s)."""
-    return f"{namespace}:catalog:workers:{function}"
+    return f"{fleet_namespace(namespace)}:catalog:workers:{function}"
 
 
 def workers_key(namespace: str, queue: str) -> str:
     """The sorted set of live workers serving ``queue`` (score: last heartbeat, epoch s)."""
-    return f"{namespace}:workers:{queue}"
+    return f"{fleet_namespace(namespace)}:workers:{queue}"
 
 
 def worker_info_key(namespace: str) -> str:
@@ -258,7 +331,7 @@ def switches_key(namespace: str) -> str:
 
 def extension_errors_key(namespace: str) -> str:
     """The hash of extension load problems: source -> message (written by workers)."""
-    return f"{namespace}:extension_errors"
+    return f"{fleet_namespace(namespace)}:extension_errors"
 
 
 def is_extension_function(name: str) -> bool:
@@ -346,7 +419,7 @@ def events_key(namespace: str) -> str:
 
 def mcp_servers_key(namespace: str) -> str:
     """Hash: worker id -> ``{"at": epoch s, "servers": {slug: state}}`` of its MCP sessions."""
-    return f"{namespace}:mcp_servers"
+    return f"{fleet_namespace(namespace)}:mcp_servers"
 
 
 def inflight_key(namespace: str, worker_id: str) -> str:

@@ -26,6 +26,9 @@ class Settings(BaseSettings):
             (Sentinel, credential providers, custom TLS); when set, ``toolfleet worker``
             and each of its processes call it instead of connecting to ``redis_url``.
         namespace: prefix of every Redis key.
+        queue_group: the queue group a worker serves (``deploy/k8s/queue-groups.toml``):
+            on a Redis Cluster its keys share one slot (docs/cluster.md); on a plain
+            Redis it changes no key.
         reply_ttl_s: seconds a reply list lives after its last push.
         heartbeat_interval_s: seconds between worker heartbeats and catalog refreshes.
         worker_ttl_s: a worker whose last heartbeat is older than this is not live.
@@ -74,6 +77,7 @@ class Settings(BaseSettings):
     redis_url: str | None = None
     redis_client: str | None = None
     namespace: str = "toolfleet"
+    queue_group: str = Field(default="default", min_length=1)
     reply_ttl_s: int = Field(default=300, ge=1)
     heartbeat_interval_s: float = Field(default=2.0, gt=0)
     worker_ttl_s: float = Field(default=10.0, gt=0)

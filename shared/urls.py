@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from toolfleet.shared.connect import CLUSTER_SCHEMES, cluster_seeds
 from toolfleet.shared.errors import ConfigurationError
 
 __all__ = ["REDIS_SCHEMES", "check_redis_url", "redacted_url", "url_passwords"]
 
-#: URL schemes redis-py's ``from_url`` serves.
-REDIS_SCHEMES = ("redis", "rediss", "unix")
+#: URL schemes toolfleet connects to: redis-py's ``from_url`` ones, and a Redis Cluster
+#: named by its seed nodes (:mod:`toolfleet.shared.connect`).
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 
 
 def redacted_url(url: str | None) -> str:
@@ -84,6 +86,9 @@ def check_redis_url(url: str) -> str:
     if scheme not in REDIS_SCHEMES:
         raise ConfigurationError(
             f"{redacted_url(url)!r} is not a Redis URL: use redis://host:port/db, "
-            "rediss:// (TLS) or unix:///path/to/socket"
+            "rediss:// (TLS), unix:///path/to/socket, or a cluster: "
+            "redis+cluster://host:port[,host:port...] (rediss+cluster:// with TLS)"
         )
+    if scheme in CLUSTER_SCHEMES:
+        cluster_seeds(url)  # raises on a malformed seed list
     return url

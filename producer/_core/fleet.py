@@ -35,6 +35,7 @@ __all__ = [
     "read_routes",
     "QueuedCancel",
     "outcomes_of",
+    "merge_foreign_cancels",
     "queue_find_queued",
     "queue_foreign_cancel",
     "queue_resolved",
@@ -75,6 +76,19 @@ def queue_foreign_cancel(pipe: Any, namespace: str, call_id: str, ttl_s: int) ->
     pipe.exists(outcome_key(namespace, call_id))
     pipe.set(cancel_key(namespace, call_id), REQUESTED, ex=ttl_s, nx=True)
     pipe.publish(cancel_channel(namespace), call_id)
+
+
+def merge_foreign_cancels(replies: Sequence[Sequence[Any]]) -> list[Any]:
+    """One ``(finished, marked, receivers)`` of :func:`queue_foreign_cancel` run per group.
+
+    A call's id does not name its group, so on a cluster the cancel runs in each group the
+    client knows: the call finished if it finished in any, was marked if marked in any.
+    """
+    return [
+        any(bool(r[0]) for r in replies),
+        any(bool(r[1]) for r in replies),
+        sum(int(r[2] or 0) for r in replies),
+    ]
 
 
 #: The source of ``cancel_queued.lua``. It records the outcome and posts the reply only

@@ -61,7 +61,7 @@ from toolfleet.shared.errors import ClientClosedError, IdempotencyKeyError
 from toolfleet.shared.extension_errors import current_errors
 from toolfleet.shared.idempotency import Duplicate, Idempotency, fingerprint, misuse_message
 from toolfleet.shared.metric_labels import function_label
-from toolfleet.shared.naming import idempotency_key
+from toolfleet.shared.naming import idempotency_key, reply_namespace
 from toolfleet.shared.tenancy.enqueue import Refused
 from toolfleet.shared.wire import CallContext, Status, ToolCallRequest, ToolCallResult
 
@@ -539,7 +539,9 @@ class ProducerCore:
         if request is None or request.id != call_id:
             return None
         ttl_s = self.config.settings.reply_ttl_s
-        answered = yield AnswerQueued(queued_cancel(self.config.namespace, request, ttl_s))
+        # the request's reply list is in its group's slot (on a cluster): so are its keys
+        prefix = reply_namespace(request.reply_to) or self.config.namespace
+        answered = yield AnswerQueued(queued_cancel(prefix, request, ttl_s))
         return bool(answered)
 
     def _route(

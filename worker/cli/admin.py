@@ -14,6 +14,7 @@ from rich.table import Table
 
 from toolfleet.shared import codec
 from toolfleet.shared.extension_errors import current_errors
+from toolfleet.shared.group_copies import fleet_copy, hdel_everywhere, hset_everywhere
 from toolfleet.shared.naming import (
     catalog_key,
     extension_errors_key,
@@ -46,7 +47,7 @@ def _catalog_switches(client: redis.Redis, namespace: str) -> tuple[set[str], di
     """
     names: set[str] = set()
     declared: dict[str, bool] = {}
-    for data in client.hvals(catalog_key(namespace)):
+    for data in client.hvals(catalog_key(fleet_copy(client, namespace))):
         try:
             entry: dict[str, Any] = codec.loads(data)
         except codec.DecodeError:
@@ -79,7 +80,7 @@ def _set(ctx: click.Context, name: str, state: str, force: bool) -> None:
                 )
             if name not in known:
                 raise _unknown(name, known, "no function, extension or switch named")
-        client.hset(switches_key(namespace), name, state)
+        hset_everywhere(client, switches_key, namespace, name, state)
     finally:
         client.close()
     click.echo(f"{name}: {state}")
@@ -114,9 +115,10 @@ def switch_off(ctx: click.Context, name: str, force: bool) -> None:
 def switch_delete(ctx: click.Context, name: str) -> None:
     """Remove switch NAME from Redis: it falls back to its declared default (else on)."""
     client: redis.Redis = ctx.obj.redis()
-    key = switches_key(ctx.obj.settings.namespace)
+    namespace = ctx.obj.settings.namespace
+    key = switches_key(fleet_copy(client, namespace))
     try:
-        if not client.hdel(key, name):
+        if not hdel_everywhere(client, switches_key, namespace, name):
             raw: list[bytes] = client.hkeys(key)  # type: ignore[assignment]
             raise _unknown(name, sorted(k.decode() for k in raw), "no switch is set named")
     finally:
@@ -131,7 +133,7 @@ def switch_list(ctx: click.Context) -> None:
     client: redis.Redis = ctx.obj.redis()
     namespace = ctx.obj.settings.namespace
     try:
-        raw_states: dict[bytes, bytes] = client.hgetall(switches_key(namespace))  # type: ignore[assignment]
+        raw_states: dict[bytes, bytes] = client.hgetall(switches_key(fleet_copy(client, namespace)))  # type: ignore[assignment]
         declared = _catalog_switches(client, namespace)[1]
     finally:
         client.close()

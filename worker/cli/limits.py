@@ -8,6 +8,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from toolfleet.shared.group_copies import fleet_copy, hdel_everywhere, hset_everywhere
 from toolfleet.shared.tenancy.quotas import DEFAULT_SCOPE, Quota, limits_key
 
 __all__ = ["limits"]
@@ -48,8 +49,8 @@ def limits_set(
         raise click.UsageError("give at least one of --in-flight, --per-s, --burst")
     client: redis.Redis = ctx.obj.redis()
     try:
-        client.hset(limits_key(ctx.obj.settings.namespace), scope, quota.model_dump_json(
-            exclude_none=True))  # fmt: skip
+        hset_everywhere(client, limits_key, ctx.obj.settings.namespace, scope,
+                        quota.model_dump_json(exclude_none=True))  # fmt: skip
     finally:
         client.close()
     click.echo(f"{scope}: {_describe(quota)}")
@@ -62,7 +63,7 @@ def limits_delete(ctx: click.Context, scope: str) -> None:
     """Remove the quota of SCOPE (it falls back to ``*``, then the settings)."""
     client: redis.Redis = ctx.obj.redis()
     try:
-        if not client.hdel(limits_key(ctx.obj.settings.namespace), scope):
+        if not hdel_everywhere(client, limits_key, ctx.obj.settings.namespace, scope):
             raise click.ClickException(
                 f"no quota is set for {scope!r} (see `toolfleet limits list`)"
             )
@@ -78,7 +79,7 @@ def limits_list(ctx: click.Context) -> None:
     settings = ctx.obj.settings
     client: redis.Redis = ctx.obj.redis()
     try:
-        raw: dict[bytes, bytes] = client.hgetall(limits_key(settings.namespace))  # type: ignore[assignment]
+        raw: dict[bytes, bytes] = client.hgetall(limits_key(fleet_copy(client, settings.namespace)))  # type: ignore[assignment]
     finally:
         client.close()
     table = Table("scope", "in flight", "per s", "burst", "source")

@@ -24,6 +24,7 @@ from rich.table import Table
 
 from toolfleet.shared import codec
 from toolfleet.shared.aggregates import read_window
+from toolfleet.shared.connect import sync_client
 from toolfleet.shared.errors import ConfigurationError
 from toolfleet.shared.export import FORMATS
 from toolfleet.shared.naming import all_keys_pattern, default_queue_for
@@ -97,6 +98,13 @@ cli.params.extend(global_options())
     help="A factory returning a ready redis.Redis (e.g. Sentinel's master_for), used "
     "instead of --redis-url; env TOOLFLEET_REDIS_CLIENT.",
 )
+@click.option(
+    "--queue-group",
+    "queue_group",
+    metavar="NAME",
+    help="The queue group these workers serve: on a Redis Cluster its keys share one slot "
+    "(docs/cluster.md); env TOOLFLEET_QUEUE_GROUP, default 'default'.",
+)
 @click.pass_obj
 def worker(
     obj: CliState,
@@ -105,6 +113,7 @@ def worker(
     queues: tuple[str, ...],
     extensions: tuple[str, ...],
     redis_client: str | None,
+    queue_group: str | None,
 ) -> None:
     """Run and supervise worker processes until SIGTERM (then drain)."""
     factory = redis_client or obj.settings.redis_client
@@ -118,7 +127,9 @@ def worker(
         "INFO", obj.settings.log_format, supervisor, Redactor(obj.settings.secret_values())
     )
     options = WorkerOptions(
-        obj.settings.model_copy(update={"redis_client": factory}),
+        obj.settings.model_copy(
+            update={"redis_client": factory, "queue_group": queue_group or obj.settings.queue_group}
+        ),
         processes=max(1, processes),
         threads=max(1, threads),
         queues=list(queues),
@@ -379,7 +390,7 @@ def _print_unknown_functions() -> None:
 
 
 def _delete_namespace(url: str, namespace: str) -> None:
-    client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
+    client = sync_client(url, socket_connect_timeout=2, socket_timeout=5)
     try:
         keys = list(client.scan_iter(match=all_keys_pattern(namespace), count=1000))
         if keys:

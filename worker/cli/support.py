@@ -22,6 +22,7 @@ import click
 import redis
 
 from toolfleet.producer import ToolClient
+from toolfleet.shared.connect import sync_client
 from toolfleet.shared.errors import ConfigurationError, ConnectionFailed, ToolfleetError
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.urls import check_redis_url, redacted_url
@@ -71,7 +72,7 @@ class CliState:
         timeout_s = max(self.settings.redis_timeout_s, CLI_TIMEOUT_S)
         options.setdefault("socket_connect_timeout", timeout_s)
         options.setdefault("socket_timeout", timeout_s)
-        client = redis.Redis.from_url(url, **options)
+        client: redis.Redis = sync_client(url, **options)  # type: ignore[assignment]
         try:
             client.ping()
         except redis.RedisError as exc:

@@ -9,8 +9,7 @@ import threading
 import time
 from types import TracebackType
 
-import redis
-
+from toolfleet.shared.connect import sync_client
 from toolfleet.shared.errors import ConfigurationError
 from toolfleet.shared.naming import workers_key
 from toolfleet.worker.devtools.embedded_redis import EmbeddedRedis
@@ -66,7 +65,7 @@ class LocalFleet:
         return self
 
     def _wait_ready(self) -> None:
-        client = redis.Redis.from_url(self.options.redis_url)
+        client = sync_client(self.options.redis_url)
         deadline = time.monotonic() + self.ready_timeout_s
         try:
             while time.monotonic() < deadline:

@@ -44,7 +44,14 @@ from dramatiq.message import Message
 from dramatiq.middleware import CurrentMessage, ShutdownNotifications
 
 from toolfleet.shared import scripts
-from toolfleet.shared.naming import acks_key, queue_key, queue_msgs_key
+from toolfleet.shared.connect import is_cluster
+from toolfleet.shared.naming import (
+    DEFAULT_GROUP,
+    acks_key,
+    group_namespace,
+    queue_key,
+    queue_msgs_key,
+)
 from toolfleet.shared.tenancy.lanes import TOKEN, lane_keys, lanes_active_key
 from toolfleet.worker.messaging.middleware import FleetMiddleware
 from toolfleet.worker.pipeline.ledger import InlineAck
@@ -402,19 +409,26 @@ def make_broker(
     middleware: list[Middleware] | None = None,
     *,
     factory: str | None = None,
+    group: str = DEFAULT_GROUP,
 ) -> FleetRedisBroker:
     """A Redis broker for ``url`` (or ``factory``'s client), every key under ``namespace``.
 
+    On a Redis Cluster, Dramatiq's namespace is the group's
+    (:func:`~toolfleet.shared.naming.group_namespace`): its scripts build their keys from
+    it, so they all land in the group's slot.
+
     Args:
         url: Redis URL.
-        namespace: key prefix (Dramatiq's ``namespace``).
+        namespace: key prefix (``TOOLFLEET_NAMESPACE``).
+        group: the queue group this worker serves.
         middleware: extra middleware added after toolfleet's own set.
         factory: ``MODULE:ATTR`` of a ``redis.Redis`` factory, used instead of ``url``
             (Dramatiq's ``RedisBroker`` takes the ready client).
     """
     stack: list[Middleware] = [FleetMiddleware(), CurrentMessage(), ShutdownNotifications()]
+    client = redis_client(url, factory=factory, health_check_interval=30)
     return FleetRedisBroker(  # type: ignore[no-untyped-call]
-        client=redis_client(url, factory=factory, health_check_interval=30),
-        namespace=namespace,
+        client=client,
+        namespace=group_namespace(namespace, group, cluster=is_cluster(client)),
         middleware=stack + list(middleware or []),
     )

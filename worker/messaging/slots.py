@@ -31,6 +31,7 @@ from toolfleet.shared.naming import (
     slots_key,
     workers_key,
 )
+from toolfleet.shared.pipelines import pipeline
 from toolfleet.worker.messaging.maintenance import run_maintenance
 
 __all__ = ["SlotJanitor"]
@@ -100,7 +101,7 @@ class SlotJanitor:
         run_maintenance(broker, slot)
         ns = broker.namespace
         ids = self.client.lrange(queue_key(ns, slot), 0, MOVE_BATCH - 1)
-        pipe = self.client.pipeline(transaction=False)
+        pipe = pipeline(self.client)
         for raw_id in ids:
             message_id = _text(raw_id)
             body = self.client.hget(queue_msgs_key(ns, slot), message_id)

@@ -48,6 +48,7 @@ from toolfleet.shared.naming import (
     switches_key,
     workers_key,
 )
+from toolfleet.shared.pipelines import pipeline
 from toolfleet.shared.wire import ReplyEnvelope, ToolCallRequest, ToolCallResult, ToolEvent
 from toolfleet.worker.pipeline.replies import push_reply
 
@@ -321,7 +322,7 @@ class Ledger:
         key = claim_key(self.namespace, request.id)
 
         def write() -> None:
-            pipe = self.client.pipeline(transaction=False)
+            pipe = pipeline(self.client)
             pipe.set(key, token, ex=self._ttl(request))
             pipe.hset(inflight_key(self.namespace, self.worker_id), request.id,
                       record.model_dump_json())  # fmt: skip

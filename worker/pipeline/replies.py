@@ -14,6 +14,7 @@ import redis
 
 from toolfleet.shared import codec
 from toolfleet.shared.limits import MAX_ID_CHARS, MAX_NAME_CHARS, MAX_REPLY_TO_CHARS
+from toolfleet.shared.pipelines import pipeline
 from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallResult
 from toolfleet.worker.pipeline.scan import top_level_strings
 from toolfleet.worker.pipeline.surrogates import has_lone_surrogate, replace_lone_surrogates
@@ -33,7 +34,7 @@ def push_reply(client: redis.Redis, reply_to: str, envelope: ReplyEnvelope, ttl_
         codec.EncodeError: the envelope does not encode.
     """
     data = envelope.encode()
-    pipe = client.pipeline(transaction=False)
+    pipe = pipeline(client)
     pipe.rpush(reply_to, data)
     pipe.expire(reply_to, ttl_s)
     pipe.execute()

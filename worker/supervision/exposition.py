@@ -34,6 +34,7 @@ from toolfleet.shared.naming import (
     queue_msgs_key,
     workers_key,
 )
+from toolfleet.shared.pipelines import pipeline
 from toolfleet.shared.tenancy.lanes import LANES, lane_keys, uses_lanes
 from toolfleet.worker.supervision.collector_guard import GuardedRegistry
 from toolfleet.worker.supervision.health import HealthReport
@@ -168,7 +169,7 @@ class QueueCollector:
         try:
             entries = read_entries(self.client, self.namespace, self.worker_ttl_s)
             queues = sorted({str(e.get("queue")) for e in entries.values()})
-            pipe = self.client.pipeline(transaction=False)
+            pipe = pipeline(self.client)
             since = time.time() - self.worker_ttl_s
             for queue in queues:
                 pipe.hlen(queue_msgs_key(self.namespace, queue))

@@ -34,11 +34,13 @@ from toolfleet.shared.naming import (
     catalog_workers_key,
     events_key,
     extension_errors_key,
+    group_of_namespace,
     inflight_key,
     mcp_servers_key,
     worker_info_key,
     workers_key,
 )
+from toolfleet.shared.pipelines import pipeline
 from toolfleet.shared.worker_info import WorkerInfo, parse_worker_infos, stale_ids
 from toolfleet.worker.messaging.maintenance import run_maintenance
 from toolfleet.worker.messaging.slots import SlotJanitor
@@ -127,7 +129,7 @@ class CatalogPublisher:
         when Redis fails) are written here too.
         """
         now = time.time()
-        pipe = self.client.pipeline(transaction=False)
+        pipe = pipeline(self.client)
         pipe.eval(
             REPUBLISH_SCRIPT,
             2,
@@ -172,8 +174,12 @@ class CatalogPublisher:
         keys += [catalog_workers_key(ns, name) for name in served]
         lifetime_ms = max(1, int(self.worker_ttl_s * 3000))
         args: list[Any] = [repr(now), repr(now - self.worker_ttl_s), self.worker_id, lifetime_ms]
+        group = group_of_namespace(ns)  # on a cluster, entries name their group
+        tagged = {} if group is None else {"group": group}
         for name, item in served.items():
-            entry = codec.dumps(self.registry.catalog_entry(item).model_dump(mode="json"))
+            entry = codec.dumps(
+                {**self.registry.catalog_entry(item).model_dump(mode="json"), **tagged}
+            )
             args += [name, item.identity, entry]
         return keys, args
 
@@ -292,7 +298,7 @@ class CatalogPublisher:
 
     def withdraw(self) -> None:
         """Remove this worker from every queue's live set and its error report (on shutdown)."""
-        pipe = self.client.pipeline(transaction=False)
+        pipe = pipeline(self.client)
         for queue in self.queues:
             pipe.zrem(workers_key(self.namespace, queue), self.worker_id)
         pipe.hdel(mcp_servers_key(self.namespace), self.worker_id)

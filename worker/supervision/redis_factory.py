@@ -14,7 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
+import redis.cluster
 
+from toolfleet.shared.connect import AnyRedis, sync_client
 from toolfleet.shared.errors import ConfigurationError
 
 __all__ = ["factory_client", "load_factory", "redis_client"]
@@ -44,18 +46,23 @@ def load_factory(spec: str) -> Callable[[], Any]:
     return target  # type: ignore[no-any-return]
 
 
-def factory_client(spec: str) -> redis.Redis:
+def factory_client(spec: str) -> redis.Redis:  # a RedisCluster is accepted too
     """Call the factory ``spec`` names; return its client.
 
     Raises:
         ConfigurationError: as :func:`load_factory`, or the factory raised or returned
-            something that is not a sync ``redis.Redis`` (or one decoding responses).
+            something that is not a sync ``redis.Redis`` or ``redis.cluster.RedisCluster``
+            (or one decoding responses).
     """
     factory = load_factory(spec)
     try:
         client = factory()
     except Exception as exc:  # noqa: BLE001 - reported as the operator's configuration
         raise ConfigurationError(f"--redis-client {spec}: the factory raised {exc!r}") from exc
+    if isinstance(client, redis.cluster.RedisCluster):
+        if client.get_encoder().decode_responses:  # type: ignore[no-untyped-call]
+            raise ConfigurationError(f"--redis-client {spec}: the client must not decode responses")
+        return client  # type: ignore[return-value]
     if not isinstance(client, redis.Redis):
         raise ConfigurationError(
             f"--redis-client {spec}: returned {type(client).__name__}, not a redis.Redis"
@@ -69,7 +76,8 @@ def redis_client(url: str, *, factory: str | None = None, **options: Any) -> red
     """A redis-py client: the operator's ``factory`` one when named, else one for ``url``.
 
     Args:
-        url: ``redis://``, ``rediss://`` or ``unix://`` URL (unused with a factory).
+        url: ``redis://``, ``rediss://``, ``unix://`` or ``redis+cluster://`` URL (unused
+            with a factory); see :mod:`toolfleet.shared.connect`.
         factory: ``MODULE:ATTR`` of a callable returning a ``redis.Redis`` (see
             :mod:`toolfleet.worker.supervision.redis_factory`); ``options`` do not apply to it.
         **options: keyword arguments of ``redis.Redis.from_url``.
@@ -79,4 +87,5 @@ def redis_client(url: str, *, factory: str | None = None, **options: Any) -> red
     """
     if factory:
         return factory_client(factory)
-    return redis.Redis.from_url(url, **options)
+    client: AnyRedis = sync_client(url, **options)
+    return client  # type: ignore[return-value]

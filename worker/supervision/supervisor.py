@@ -22,6 +22,8 @@ from types import FrameType
 
 import redis
 
+from toolfleet.shared.connect import is_cluster
+from toolfleet.shared.naming import group_namespace
 from toolfleet.shared.settings import Settings
 from toolfleet.worker.messaging.recovery import recover_dead_worker
 from toolfleet.worker.supervision.exposition import (
@@ -195,9 +197,10 @@ class Supervisor:
             return 0  # stopped while Redis was down: nothing started, nothing to drain
         for slot in self.slots:
             self._start(slot)
+        client = redis_client(self.options.redis_url, factory=self.options.settings.redis_client)
         watchdog = start_watchdog(
-            redis_client(self.options.redis_url, factory=self.options.settings.redis_client),
-            self.options.settings.namespace,
+            client,
+            self._namespace(client),
             self.options.settings.reply_ttl_s,
             self.pids,
             self.registry,
@@ -235,12 +238,15 @@ class Supervisor:
             READY_PATH: lambda: check_ready(directory, stale_s, url, factory=factory),
         }
 
+    def _namespace(self, client: object) -> str:
+        """The key prefix of this supervisor's queue group (the group's slot on a cluster)."""
+        settings = self.options.settings
+        return group_namespace(settings.namespace, settings.queue_group, cluster=is_cluster(client))
+
     def _recover(self, pid: int) -> None:
         client = redis_client(self.options.redis_url, factory=self.options.settings.redis_client)
         try:
-            recover_dead_worker(
-                client, self.options.settings.namespace, f"{socket.gethostname()}:{pid}"
-            )
+            recover_dead_worker(client, self._namespace(client), f"{socket.gethostname()}:{pid}")
         except redis.RedisError as exc:
             log.error("could not requeue the messages of pid %d: %s", pid, exc)
         finally:

@@ -41,6 +41,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from pydantic import ValidationError
 
 from toolfleet.shared.naming import broker_heartbeats_key, brokers_key, inflight_key
+from toolfleet.shared.pipelines import pipeline
 from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallResult
 from toolfleet.worker.messaging.recovery import forget_calls
 from toolfleet.worker.pipeline.ledger import MIN_ANSWER_S, InFlight, Posted, post_outcome
@@ -131,7 +132,7 @@ class Watchdog:
             redis.RedisError: Redis failed.
         """
         processes = self.processes()
-        pipe = self.client.pipeline(transaction=False)
+        pipe = pipeline(self.client)
         for worker_id in processes:
             pipe.hgetall(inflight_key(self.namespace, worker_id))
         seen: set[tuple[str, str]] = set()

@@ -22,6 +22,7 @@ import dramatiq
 import redis
 
 from toolfleet.shared.aggregates import Accumulator
+from toolfleet.shared.group_copies import copy_to_group
 from toolfleet.shared.lifeline import die_with_parent
 from toolfleet.shared.naming import affinity_queue_for, brokers_key
 from toolfleet.shared.settings import Settings
@@ -136,7 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     if not reachable:  # stopped while Redis was down
         remove_heartbeat(settings.health_dir)
         return 0
-    broker = make_broker(redis_url, settings.namespace, factory=factory)
+    broker = make_broker(redis_url, settings.namespace, factory=factory, group=settings.queue_group)
+    namespace = broker.namespace  # the group's key prefix on a cluster
+    registry.switches.namespace = namespace  # the claim reads the group's copy
+    copy_to_group(broker.client, namespace)  # a cluster: the group's switches and quotas
     broker.heartbeat_timeout = int(settings.broker_heartbeat_timeout_s * 1000)
 
     def on_poison(queue: str, data: bytes, error: Exception) -> None:
@@ -149,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     dramatiq.set_broker(broker)
     ledger = Ledger(
-        broker.client, settings.namespace, worker_id, settings.reply_ttl_s, settings.worker_ttl_s
+        broker.client, namespace, worker_id, settings.reply_ttl_s, settings.worker_ttl_s
     )
     slot = f"{socket.gethostname()}-{os.getppid()}-{args.index}"
     affinity_routes = {q: affinity_queue_for(q, slot) for q in registry.affinity_queues & queues}
@@ -163,8 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         max_arguments_bytes=settings.max_arguments_bytes,
         gate=Gate(
             broker.client,
-            settings.namespace,
-            on_change=breaker_event_poster(broker.client, settings.namespace, worker_id),
+            namespace,
+            on_change=breaker_event_poster(broker.client, namespace, worker_id),
             on_waited=ledger.postpone,
         ),
     )
@@ -180,15 +184,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     handler = MessageHandler(pipeline, ledger, observer, recorder)
     declare_actors(broker, handler, queues, private=routes)
-    broker.client.hset(brokers_key(settings.namespace), worker_id, broker.broker_id)
+    broker.client.hset(brokers_key(namespace), worker_id, broker.broker_id)
     janitor = (
-        SlotJanitor(broker.client, settings.namespace, affinity_routes, settings.worker_ttl_s * 3)
+        SlotJanitor(broker.client, namespace, affinity_routes, settings.worker_ttl_s * 3)
         if routes
         else None
     )
     publisher = CatalogPublisher(
         broker.client,
-        settings.namespace,
+        namespace,
         registry,
         worker_id,
         queues | set(routes),
@@ -200,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         aggregates=aggregates,
         aggregates_ttl_s=settings.aggregates_ttl_s,
     )
-    cancels = CancelListener(redis_url, settings.namespace, pipeline, factory=factory)
+    cancels = CancelListener(redis_url, namespace, pipeline, factory=factory)
     worker = dramatiq.Worker(broker, queues=queues | set(routes), worker_threads=args.threads)
     worker.start()
     publisher.start()
@@ -223,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         except redis.RedisError as exc:
             log.warning("could not write the last call aggregates: %s", exc)
         try:
-            broker.client.hdel(brokers_key(settings.namespace), worker_id)
+            broker.client.hdel(brokers_key(namespace), worker_id)
         except redis.RedisError as exc:  # Redis gone at shutdown: its entry expires unread
             log.warning("could not unregister from Redis: %s", exc)
         registry.close()  # MCP sessions, then the event loop and the tool processes

@@ -1,0 +1,147 @@
+"""The one place a Redis URL becomes a redis-py client: a single Redis or a Redis Cluster.
+
+URLs (checked by :func:`toolfleet.shared.urls.check_redis_url`):
+
+- ``redis://``, ``rediss://``, ``unix://``: one Redis, ``redis.Redis.from_url``.
+- ``redis+cluster://[user:password@]host:port[,host:port...][/0][?options]`` and
+  ``rediss+cluster://...`` (TLS): a Redis (or Valkey) Cluster given by its seed nodes,
+  ``redis.cluster.RedisCluster``; credentials, TLS and query options as for ``redis://``
+  (they apply to every node). A cluster has only database 0.
+
+Whether a URL names a cluster also decides the key layout
+(:class:`toolfleet.shared.naming.KeyLayout`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
+
+from toolfleet.shared.errors import ConfigurationError
+
+__all__ = [
+    "CLUSTER_SCHEMES",
+    "AnyRedis",
+    "ClusterSeeds",
+    "address_of",
+    "async_client",
+    "cluster_seeds",
+    "is_cluster",
+    "is_cluster_url",
+    "sync_client",
+]
+
+#: URL schemes that name a Redis Cluster by its seed nodes.
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+
+#: A sync client of either kind.
+AnyRedis = redis.Redis | redis.cluster.RedisCluster
+
+#: Client options that only make sense on one connection to one Redis.
+_SINGLE_NODE_ONLY = frozenset({"single_connection_client", "connection_pool"})
+
+
+def is_cluster_url(url: str | None) -> bool:
+    """True when ``url``'s scheme is ``redis+cluster`` or ``rediss+cluster`` (any case)."""
+    return bool(url) and str(url).split("://", 1)[0].lower() in CLUSTER_SCHEMES
+
+
+def is_cluster(client: object) -> bool:
+    """True for a ``redis.cluster.RedisCluster`` or ``redis.asyncio.cluster.RedisCluster``."""
+    return isinstance(client, (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster))
+
+
+class ClusterSeeds:
+    """A cluster URL taken apart.
+
+    Attributes:
+        first_url: ``redis://`` (or ``rediss://``) URL of the first seed, with the
+            credentials, database and query of the cluster URL (redis-py parses it).
+        others: ``(host, port)`` of the further seeds.
+    """
+
+    def __init__(self, first_url: str, others: list[tuple[str, int]]) -> None:
+        self.first_url = first_url
+        self.others = others
+
+
+def cluster_seeds(url: str) -> ClusterSeeds:
+    """Split ``redis+cluster://[cred@]h1:p1,h2:p2[/0][?q]`` into its seeds.
+
+    Raises:
+        ConfigurationError: not a cluster URL, no seed, a seed without a port number, or
+            a database other than 0.
+    """
+    scheme, _, rest = url.partition("://")
+    if scheme.lower() not in CLUSTER_SCHEMES:
+        raise ConfigurationError(f"not a cluster URL (want {' or '.join(CLUSTER_SCHEMES)}://)")
+    netloc, slash, tail = rest.partition("/")
+    if "?" in netloc:  # no path: the query follows the hosts
+        netloc, _, query = netloc.partition("?")
+        tail, slash = "?" + query, "/"
+    credentials, at, hosts = netloc.rpartition("@")
+    seeds = []
+    for part in hosts.split(","):
+        host, colon, port = part.strip().rpartition(":")
+        if not colon or not host or not port.isdigit():
+            raise ConfigurationError(f"cluster seed {part!r}: expected host:port")
+        seeds.append((host, int(port)))
+    if tail.split("?", 1)[0] not in ("", "0"):
+        raise ConfigurationError("a Redis Cluster has only database 0")
+    single = "rediss" if scheme.lower().startswith("rediss") else "redis"
+    first = f"{single}://{credentials}{at}{seeds[0][0]}:{seeds[0][1]}{slash}{tail}"
+    return ClusterSeeds(first, seeds[1:])
+
+
+def sync_client(url: str, **options: Any) -> AnyRedis:
+    """A sync client for ``url``: ``redis.Redis`` or, for a cluster URL, ``RedisCluster``.
+
+    Args:
+        url: a URL :func:`toolfleet.shared.urls.check_redis_url` accepts.
+        **options: keyword arguments of ``redis.Redis.from_url`` (socket timeouts,
+            ``client_name``, ``health_check_interval``...); for a cluster those that
+            name one connection (``single_connection_client``) are dropped: redis-py's
+            cluster client keeps a pool per node.
+
+    Raises:
+        ConfigurationError: a malformed cluster URL (see :func:`cluster_seeds`).
+    """
+    if not is_cluster_url(url):
+        return redis.Redis.from_url(url, **options)
+    seeds = cluster_seeds(url)
+    nodes = [redis.cluster.ClusterNode(h, p) for h, p in seeds.others]  # type: ignore[no-untyped-call]
+    kept = {k: v for k, v in options.items() if k not in _SINGLE_NODE_ONLY}
+    return redis.cluster.RedisCluster.from_url(seeds.first_url, startup_nodes=nodes, **kept)
+
+
+def async_client(
+    url: str, **options: Any
+) -> redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster:
+    """The asyncio twin of :func:`sync_client` (``redis.asyncio`` clients).
+
+    Raises:
+        ConfigurationError: a malformed cluster URL (see :func:`cluster_seeds`).
+    """
+    if not is_cluster_url(url):
+        return redis.asyncio.Redis.from_url(url, **options)
+    seeds = cluster_seeds(url)
+    nodes = [redis.asyncio.cluster.ClusterNode(h, p) for h, p in seeds.others]
+    kept = {k: v for k, v in options.items() if k not in _SINGLE_NODE_ONLY}
+    return redis.asyncio.cluster.RedisCluster.from_url(seeds.first_url, startup_nodes=nodes, **kept)
+
+
+def address_of(client: Any) -> str:
+    """Which Redis ``client`` talks to, as a stable string (no password).
+
+    A single Redis: its socket path or host, port and database; a cluster: its sorted
+    startup nodes (the same for every client made from one URL).
+    """
+    if is_cluster(client):
+        nodes = client.nodes_manager.startup_nodes
+        return "cluster:" + ",".join(sorted(str(name) for name in nodes))
+    kwargs = client.connection_pool.connection_kwargs
+    return repr([kwargs.get(k) for k in ("path", "host", "port", "db")])
