@@ -65,6 +65,22 @@ def _beat(directory: Path, pid: int, age_s: float = 0.0) -> None:
     os.utime(path, (time.time() - age_s, time.time() - age_s))
 
 
+def _wait_for_worker_command_line(pid: int, within_s: float = 30.0) -> None:
+    """Return once ``/proc/<pid>/cmdline`` holds :data:`WORKER_COMMAND`.
+
+    ``Popen`` returns when the child's exec has closed its close-on-exec pipe, which the
+    kernel does before it lays out the new argv: for a moment the command line reads empty.
+
+    Raises:
+        AssertionError: not so within ``within_s`` seconds.
+    """
+    deadline = time.monotonic() + within_s
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    while WORKER_COMMAND not in cmdline.read_bytes():
+        assert time.monotonic() < deadline, f"process {pid} never read as a worker process"
+        time.sleep(0.01)
+
+
 def test_health_reasons_count_worker_processes_in_words(tmp_path: Path) -> None:
     """The reasons say "1 worker process healthy", "2 worker processes healthy", and name one
     stale process in the singular."""
@@ -72,6 +88,8 @@ def test_health_reasons_count_worker_processes_in_words(tmp_path: Path) -> None:
     argv = [sys.executable, "-c", "import time; time.sleep(60)", WORKER_COMMAND.decode()]
     stand_ins = [subprocess.Popen(argv) for _ in range(2)]
     try:
+        for process in stand_ins:
+            _wait_for_worker_command_line(process.pid)
         _beat(tmp_path, stand_ins[0].pid)
         assert check_live(tmp_path, stale_s=3).reason == "1 worker process healthy"
         _beat(tmp_path, stand_ins[1].pid)
