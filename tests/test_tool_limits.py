@@ -275,17 +275,25 @@ def test_a_worker_refuses_a_published_call_once_the_breaker_opened(
     ns = limits_fleet.namespace
     runs_key = record_key(ns, "flaky_runs")
     r.delete(runs_key, breaker_key(ns, FLAKY), record_key(ns, "flaky_fail"))
-    # Given every worker thread (2 x 8) busy for a while and a call of FLAKY queued behind
-    busy = [tc.submit("ext_fleet_test_sleep", {"seconds": 0.9}) for _ in range(16)]
-    queued = tc.submit(FLAKY, {"seconds": 0.0})  # published (submit publishes before returning)
-    # When its breaker opens before a worker takes it
-    until_ms = int((time.time() + 5) * 1000)
-    r.hset(breaker_key(ns, FLAKY), mapping={"state": "open", "until": until_ms})
-    result = queued.result()
-    # Then the worker answers it at once without running it
+    # Given every worker process frozen (SIGSTOP), so that none can take a call yet
+    limits_fleet.wait_ready(timeout_s=60)
+    pids = limits_fleet.worker_pids()
+    assert len(pids) == limits_fleet.processes, pids
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        # and a call of FLAKY published (submit publishes before returning)
+        queued = tc.submit(FLAKY, {"seconds": 0.0})
+        # When its breaker opens before a worker takes it
+        until_ms = int((time.time() + 5) * 1000)
+        r.hset(breaker_key(ns, FLAKY), mapping={"state": "open", "until": until_ms})
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    result = queued.result(timeout=30)
+    # Then the worker answers it without running it
     assert result.status == Status.NOT_AVAILABLE, result.content
     assert 0 < result.content["retry_after_s"] <= 5
     assert result.worker  # answered by a worker, not the producer
     assert r.get(runs_key) is None
-    assert all(f.result().status == Status.OK for f in busy)
     r.delete(breaker_key(ns, FLAKY))
