@@ -142,8 +142,7 @@ class Accumulator:
         minute = minute_of(time.time() if at_s is None else at_s)
         with self._lock:
             counts = self._pending.setdefault(minute, {})
-            key: tuple[str | int, ...] = ("c", function, model, status)
-            counts[key] = counts.get(key, 0) + 1
+            _add(counts, ("c", function, model, status), 1)
             if queued_s is not None and queued_s >= 0 and math.isfinite(queued_s):
                 _add(counts, ("w", function, model, _bucket(queued_s)), 1)
                 _add(counts, ("ws", function, model), round(queued_s * 1e6))
@@ -164,7 +163,7 @@ class Accumulator:
                 key = ("f", function, model, OTHER_FIELD, reason)
             else:
                 self._fields[(function, model)] = kept + 1
-        counts[key] = counts.get(key, 0) + 1
+        _add(counts, key, 1)
 
     def drain(self) -> Pending:
         """Take everything accumulated (the accumulator is empty after)."""
