@@ -2,7 +2,8 @@
 --
 -- KEYS: claim, outcome, cancel marker, in-flight hash, switches hash. ARGV: token, ttl
 -- (s), call id, in-flight record. The outcome and the cancel marker are read with one
--- MGET; the in-flight hash gets no TTL here (the process's heartbeat refreshes it). Returns {state, value, cancel marker, switches (flat)}:
+-- MGET; the in-flight hash gets no TTL here (the process's heartbeat refreshes it).
+-- Returns {state, value, cancel marker, switches (flat)}:
 -- state 0 = an outcome exists (value: it), 1 = claimed by this token, 2 = claimed already
 -- (value: the owner's token).
 local found = redis.call("mget", KEYS[2], KEYS[3])

@@ -4,10 +4,10 @@
 -- lane, lane 0 first. ARGV: count. Dramatiq's ``fetch`` (pop ids, add them to the acks
 -- set, read the bodies) without its heartbeat (the process's periodic heartbeat writes
 -- it), returning ``{id, body or false, id, body or false, ...}``; a lane token popped
--- from the queue list
--- is replaced by the head of the lane at the rotation's head, whose number goes back to
--- the rotation's tail while the lane still holds ids (round robin over the non-empty
--- lanes, O(1) commands per message; see :mod:`toolfleet.shared.tenancy.lanes`). A stale
+-- from the queue list is replaced by the head of the lane at the rotation's head, whose
+-- number goes back to the rotation's tail while the lane still holds ids (round robin
+-- over the non-empty lanes, O(1) commands per message; see
+-- :mod:`toolfleet.shared.tenancy.lanes`). A stale
 -- number (its lane empty) is dropped, at most one per lane per token; a rotation found
 -- empty while a token waits is rebuilt once per call from the lanes' lengths (only a
 -- broken invariant leads there, e.g. lanes filled by a version without the rotation).
