@@ -58,10 +58,20 @@ def bfcl_missing(what: str) -> str:
     )
 
 
+def bfcl_unavailable(what: str) -> NoReturn:
+    """Skip a test that needs the BFCL file ``what`` (a path under ``TOOLFLEET_BFCL_DIR``).
+
+    Not set: a skip wherever the run is (the data is not part of the repository). Set but
+    without the file: a broken setting, so :func:`unavailable` (a failure in CI)."""
+    if BFCL_DATA is None:
+        pytest.skip(bfcl_missing(what))
+    unavailable(bfcl_missing(what))
+
+
 def bfcl_file(*parts: str) -> Path:
-    """``parts`` under ``TOOLFLEET_BFCL_DIR``, or skip the test (data, not an install)."""
+    """``parts`` under ``TOOLFLEET_BFCL_DIR``, else :func:`bfcl_unavailable` (data, no install)."""
     if BFCL_DATA is None or not BFCL_DATA.joinpath(*parts).is_file():
-        pytest.skip(bfcl_missing("/".join(parts)))
+        bfcl_unavailable("/".join(parts))
     return BFCL_DATA.joinpath(*parts)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from conftest import BFCL_DATA, bfcl_missing
+from conftest import BFCL_DATA, bfcl_unavailable
 from toolfleet.extensions.bfcl import TOOLS, extension
 from toolfleet.extensions.bfcl.geometry import PolygonArea, PolygonAreaArguments
 from toolfleet.shared import ExtensionContext, ExtensionToolError, Status, Tool
@@ -25,7 +25,6 @@ from toolfleet.worker.devtools.replay_match import bit_exact
 
 EXPECTED = Path("derived") / "BFCL_v3_exec_expected_results.jsonl"
 EXPECTED_FILE = None if BFCL_DATA is None else BFCL_DATA / EXPECTED
-MISSING = bfcl_missing(str(EXPECTED))
 REL_TOL = 1e-9
 
 TOOLS_BY_NAME: dict[str, type[Tool]] = {tool.name: tool for tool in TOOLS}
@@ -172,7 +171,7 @@ def test_extension_is_valid_and_complete() -> None:
 @pytest.mark.parametrize("case", CALL_PARAMS)
 def test_offline_call_matches_reference(case: dict[str, Any] | None) -> None:
     if case is None:
-        pytest.skip(MISSING)
+        bfcl_unavailable(str(EXPECTED))
     name, arguments = case["name"], case["arguments"]
     assert name in TOOLS_BY_NAME, f"no bfcl tool named {name}"
     # The JSON text of the arguments must validate to the same values as the object.
@@ -191,7 +190,7 @@ def test_offline_call_matches_reference(case: dict[str, Any] | None) -> None:
 
 def test_offline_data_counts() -> None:
     if not OFFLINE_CALLS:
-        pytest.skip(MISSING)
+        bfcl_unavailable(str(EXPECTED))
     with_result = [call for call in OFFLINE_CALLS if "expected_result" in call]
     with_status = [call for call in OFFLINE_CALLS if "expected_status" in call]
     assert (len(OFFLINE_CALLS), len(with_result), len(with_status)) == (206, 202, 4)
@@ -204,7 +203,7 @@ def test_offline_data_counts() -> None:
 )
 def test_offline_results_arebit_exact() -> None:
     if not OFFLINE_CALLS:
-        pytest.skip(MISSING)
+        bfcl_unavailable(str(EXPECTED))
     checked = [call for call in OFFLINE_CALLS if "expected_result" in call]
     inexact = [
         f"{call['id']}#{call['index']}"
