@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,9 +15,9 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.routing import Mount
 from starlette.testclient import TestClient
-from ui_support import TOKENS, UiProcess, csrf_of, login, start_ui, write_tokens
+from ui_support import TOKENS, UiProcess, csrf_of, login, start_ui, ui_test_fleet, write_tokens
 
-from conftest import Fleet, delete_namespace, start_fleet, toolfleet_command
+from conftest import Fleet, toolfleet_command
 from toolfleet.producer import ToolClient
 from toolfleet.shared.naming import switches_key
 from toolfleet.ui import Principal, Role, UiConfig, create_app
@@ -31,12 +30,7 @@ ADD = "ext_fleet_test_add"
 def ui_fleet(
     redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Fleet]:
-    ns = f"{namespace}-ui-{uuid.uuid4().hex[:6]}"
-    running = start_fleet(redis_url, ns, tmp_path_factory.mktemp("uifleet") / "worker.log",
-                          processes=1, threads=4)  # fmt: skip
-    yield running
-    running.stop()
-    delete_namespace(redis_url, ns)
+    yield from ui_test_fleet(redis_url, namespace, tmp_path_factory, "ui")
 
 
 @pytest.fixture(scope="module")

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import shutil
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from ui_support import TOKENS, UiProcess, csrf_of, start_ui, write_tokens
+from ui_support import TOKENS, UiProcess, csrf_of, start_ui, ui_test_fleet, write_tokens
 
-from conftest import TEST_QUEUE, TESTS, Fleet, delete_namespace, start_fleet, unavailable
+from conftest import TEST_QUEUE, TESTS, Fleet, unavailable
 from toolfleet.producer import ToolClient
 from toolfleet.producer.publish import encode_message
 from toolfleet.shared.naming import dead_letters_key, reply_key
@@ -47,12 +46,7 @@ def _chromium() -> str:
 def live_fleet(
     redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Fleet]:
-    ns = f"{namespace}-uib-{uuid.uuid4().hex[:6]}"
-    running = start_fleet(redis_url, ns, tmp_path_factory.mktemp("uibfleet") / "worker.log",
-                          processes=1, threads=4)  # fmt: skip
-    yield running
-    running.stop()
-    delete_namespace(redis_url, ns)
+    yield from ui_test_fleet(redis_url, namespace, tmp_path_factory, "uib")
 
 
 @pytest.fixture(scope="module")

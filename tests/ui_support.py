@@ -6,12 +6,15 @@ import hashlib
 import os
 import subprocess
 import time
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import pytest
 
-from conftest import TESTS, toolfleet_command
+from conftest import TESTS, Fleet, delete_namespace, start_fleet, toolfleet_command
 from private_redis import free_port, stop_process
 
 #: The tokens the test tokens file accepts, by role.
@@ -86,3 +89,16 @@ def login(ui: UiProcess, role: str) -> httpx.Client:
 def csrf_of(html: str) -> str:
     """The CSRF token a page's forms carry."""
     return html.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+
+
+def ui_test_fleet(
+    redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory, tag: str
+) -> Iterator[Fleet]:
+    """Body of a module fixture: one worker process of four threads in its own namespace
+    ``<namespace>-<tag>-<hex>``, stopped and its keys deleted after the module."""
+    ns = f"{namespace}-{tag}-{uuid.uuid4().hex[:6]}"
+    running = start_fleet(redis_url, ns, tmp_path_factory.mktemp(f"{tag}fleet") / "worker.log",
+                          processes=1, threads=4)  # fmt: skip
+    yield running
+    running.stop()
+    delete_namespace(redis_url, ns)
