@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Set
 from typing import Any
 
 from toolfleet.producer.catalog import Catalog
@@ -84,7 +84,7 @@ def unchecked(routes: Iterable[Route | None], catalog: Catalog) -> list[str]:
 
 
 def routed(
-    request: ToolCallRequest, route: Route | None, queue: str, live: Iterable[str]
+    request: ToolCallRequest, route: Route | None, queue: str, live: Set[str]
 ) -> tuple[str, ToolCallRequest]:
     """Where ``request`` goes, and the request naming its session's holder.
 
@@ -102,7 +102,7 @@ def routed(
     if route is None:
         return queue, request
     named = request.model_copy(update={"session_holder": route.worker})
-    return (route.queue if route.queue in set(live) else queue), named
+    return (route.queue if route.queue in live else queue), named
 
 
 def _has_affinity(entry: dict[str, Any] | None) -> bool:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Generator, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -566,7 +567,7 @@ class ProducerCore:
             log.warning("could not read conversation routes: %s", exc)
             return items
         routes = {i: decode_route(raw) for (i, _), raw in zip(wanted, raws, strict=True)}
-        live = set(catalog.live_queues)
+        live: AbstractSet[str] = catalog.live_queues
         first_met = unchecked(routes.values(), catalog)
         if first_met:
             self.slots.add(first_met)
@@ -574,7 +575,7 @@ class ProducerCore:
                 counts = yield CheckLive(first_met)
             except REDIS_FAILURES:
                 counts = [0] * len(first_met)
-            live |= {q for q, n in zip(first_met, counts, strict=True) if n}
+            live = live | {q for q, n in zip(first_met, counts, strict=True) if n}
         return [
             routed(request, routes.get(i), queue, live) for i, (queue, request) in enumerate(items)
         ]
