@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import site
@@ -15,10 +16,10 @@ from types import TracebackType
 import redis
 
 from toolfleet.producer import ToolClient
-from toolfleet.shared.naming import all_keys_pattern, catalog_key
+from toolfleet.shared.naming import catalog_key
 from toolfleet.shared.settings import Settings
 from toolfleet.testing._sources import ExtensionSource, is_folder, load_source
-from toolfleet.worker.devtools.local_fleet import LocalFleet
+from toolfleet.worker.devtools.local_fleet import LocalFleet, delete_namespace
 from toolfleet.worker.supervision.supervisor import WorkerOptions
 
 __all__ = ["RunningFleet", "start_fleet"]
@@ -186,15 +187,8 @@ def _child_path() -> str:
 
 def _delete_keys(url: str, namespace: str) -> None:
     """Delete every key under ``namespace`` (nothing when Redis is gone)."""
-    client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
-    try:
-        keys = list(client.scan_iter(match=all_keys_pattern(namespace), count=1000))
-        if keys:
-            client.delete(*keys)
-    except redis.RedisError:
-        pass  # the server went away, and its keys with it
-    finally:
-        client.close()
+    with contextlib.suppress(redis.RedisError):  # the server went away, and its keys with it
+        delete_namespace(url, namespace)
 
 
 def _remove_tree(path: Path) -> None:

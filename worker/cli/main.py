@@ -24,7 +24,6 @@ from rich.table import Table
 
 from toolfleet.shared import codec
 from toolfleet.shared.aggregates import read_window
-from toolfleet.shared.connect import sync_client
 from toolfleet.shared.errors import ConfigurationError
 from toolfleet.shared.export import FORMATS
 from toolfleet.shared.naming import all_keys_pattern, default_queue_for
@@ -38,7 +37,7 @@ from toolfleet.worker.cli.ops import events, exporter, health, top
 from toolfleet.worker.cli.quality import quality, quality_table
 from toolfleet.worker.cli.support import EXIT_FAILED, CliState, ToolfleetGroup, global_options
 from toolfleet.worker.cli.ui import ui
-from toolfleet.worker.devtools.local_fleet import LocalFleet
+from toolfleet.worker.devtools.local_fleet import LocalFleet, delete_namespace
 from toolfleet.worker.devtools.replay import (
     Expected,
     ReplayReport,
@@ -390,17 +389,12 @@ def _print_unknown_functions() -> None:
 
 
 def _delete_namespace(url: str, namespace: str) -> None:
-    client = sync_client(url, socket_connect_timeout=2, socket_timeout=5)
     try:
-        keys = list(client.scan_iter(match=all_keys_pattern(namespace), count=1000))
-        if keys:
-            client.delete(*keys)
+        delete_namespace(url, namespace)
     except redis.RedisError as exc:
         click.echo(
             f"could not remove the demo's keys ({all_keys_pattern(namespace)}): {exc}", err=True
         )
-    finally:
-        client.close()
 
 
 cli.add_command(switch)

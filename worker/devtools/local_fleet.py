@@ -11,11 +11,28 @@ from types import TracebackType
 
 from toolfleet.shared.connect import sync_client
 from toolfleet.shared.errors import ConfigurationError
-from toolfleet.shared.naming import workers_key
+from toolfleet.shared.naming import all_keys_pattern, workers_key
 from toolfleet.worker.devtools.embedded_redis import EmbeddedRedis
 from toolfleet.worker.supervision.supervisor import Supervisor, WorkerOptions
 
-__all__ = ["LocalFleet"]
+__all__ = ["LocalFleet", "delete_namespace"]
+
+
+def delete_namespace(url: str, namespace: str) -> int:
+    """Delete every key under ``namespace`` at ``url`` (``SCAN`` then one ``DEL``).
+
+    Returns:
+        How many keys were deleted.
+
+    Raises:
+        redis.RedisError: Redis failed or is gone.
+    """
+    client = sync_client(url, socket_connect_timeout=2, socket_timeout=5)
+    try:
+        keys = list(client.scan_iter(match=all_keys_pattern(namespace), count=1000))
+        return int(client.delete(*keys)) if keys else 0
+    finally:
+        client.close()
 
 
 class LocalFleet:
