@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -10,7 +12,12 @@ import redis.cluster
 from private_cluster import Cluster, start_cluster
 
 from toolfleet.producer import ToolClient
-from toolfleet.shared.connect import cluster_seeds, is_cluster_url, sync_client
+from toolfleet.shared.connect import (
+    ClusterUnavailableError,
+    cluster_seeds,
+    is_cluster_url,
+    sync_client,
+)
 from toolfleet.shared.errors import ConfigurationError
 from toolfleet.shared.urls import check_redis_url, redacted_url
 
@@ -71,3 +78,81 @@ def test_tool_client_accepts_a_cluster_client_and_url(cluster: Cluster) -> None:
             assert client.tools() == []
     finally:
         given.close()
+
+
+#: A script on two keys of one slot: during that slot's migration, with one key present
+#: and one absent, its master answers TRYAGAIN.
+TWO_KEYS = "return redis.call('mget', KEYS[1], KEYS[2])"
+
+
+def _migrating(cluster: Cluster, key: str) -> tuple[int, redis.Redis, redis.Redis]:
+    """Open a migration of ``key``'s slot to another master: (slot, source, target)."""
+    source_port = cluster.master_of(key)
+    probe = cluster.client()
+    try:
+        slot = probe.keyslot(key)
+        target_port = next(int(n.port) for n in probe.get_primaries() if n.port != source_port)
+    finally:
+        probe.close()
+    source, target = redis.Redis(port=source_port), redis.Redis(port=target_port)
+    source_id, target_id = source.cluster("myid"), target.cluster("myid")
+    target.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+    source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+    return slot, source, target
+
+
+def _stable(slot: int, *nodes: redis.Redis) -> None:
+    for node in nodes:
+        node.execute_command("CLUSTER", "SETSLOT", slot, "STABLE")
+        node.close()
+
+
+def test_tryagain_during_a_migration_is_retried_until_it_passes(cluster: Cluster) -> None:
+    """A script on a slot under migration gets TRYAGAIN; redis-py alone gives up within a
+    second, the client of ``sync_client`` retries with backoff and returns once the
+    migration is over."""
+    present, absent = "{urlmig}present", "{urlmig}absent"
+    client = sync_client(cluster.url, socket_timeout=5)
+    plain = cluster.client()
+    try:
+        client.set(present, "here")
+        slot, source, target = _migrating(cluster, present)
+        try:
+            with pytest.raises(redis.exceptions.ClusterError):  # redis-py's own retries
+                plain.eval(TWO_KEYS, 2, present, absent)
+            ends = threading.Timer(1.5, _stable, (slot, source, target))
+            started = time.monotonic()
+            ends.start()
+            assert client.eval(TWO_KEYS, 2, present, absent) == [b"here", None]
+            assert time.monotonic() - started >= 1.4  # it waited for the migration's end
+            ends.join()
+        finally:
+            _stable(slot, redis.Redis(port=source.connection_pool.connection_kwargs["port"]),
+                    redis.Redis(port=target.connection_pool.connection_kwargs["port"]))  # fmt: skip
+        client.delete(present)
+    finally:
+        client.close()
+        plain.close()
+
+
+def test_a_slot_that_stays_unavailable_raises_a_connection_error(cluster: Cluster) -> None:
+    """Past its bounded retries the client raises ``ClusterUnavailableError``, a
+    ``redis.ConnectionError`` (what callers handle as an unreachable Redis), within
+    seconds."""
+    present, absent = "{urlstuck}present", "{urlstuck}absent"
+    client = sync_client(cluster.url, socket_timeout=5)
+    try:
+        client.set(present, "here")
+        slot, source, target = _migrating(cluster, present)
+        try:
+            started = time.monotonic()
+            with pytest.raises(ClusterUnavailableError) as caught:
+                client.eval(TWO_KEYS, 2, present, absent)
+            assert time.monotonic() - started < 30
+            assert isinstance(caught.value, redis.ConnectionError)
+            assert "TTL exhausted" in str(caught.value) or "TRYAGAIN" in str(caught.value)
+        finally:
+            _stable(slot, source, target)
+        client.delete(present)
+    finally:
+        client.close()
