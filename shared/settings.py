@@ -67,6 +67,12 @@ class Settings(BaseSettings):
             counts as ``other`` (:func:`toolfleet.shared.metric_labels.model_label`).
         aggregates_ttl_s: seconds each minute of the call aggregates lives in Redis
             (:mod:`toolfleet.shared.aggregates`); 0 turns them off (nothing is counted).
+        claim_replicas: replicas a worker's claim of a non-idempotent tool's call must
+            reach (``WAIT``) before the tool runs, so that a master's failover does not
+            lose the claim and run the call twice; ``None`` (the default): 1 when the
+            claim's master has a replica, else 0; 0 turns the wait off (docs/cluster.md).
+        claim_replicas_timeout_ms: longest that wait, milliseconds; past it the call runs
+            anyway, counted in ``toolfleet_claims_unreplicated_total`` and logged.
         affinity_ttl_s: seconds a conversation's route to the worker process holding its
             session (session affinity) is kept after its last call
             (:mod:`toolfleet.shared.affinity`); longer than a session lives idle.
@@ -106,6 +112,8 @@ class Settings(BaseSettings):
     )
     aggregates_ttl_s: int = Field(default=86_400, ge=0)
     affinity_ttl_s: int = Field(default=3600, ge=1)
+    claim_replicas: int | None = Field(default=None, ge=0)
+    claim_replicas_timeout_ms: int = Field(default=100, ge=1, le=60_000)
 
     def extension_folders(self) -> list[Path]:
         """``extension_paths`` split on ``os.pathsep`` (``:`` on Linux), empty parts dropped."""

@@ -116,8 +116,16 @@ class Group:
         return self.log_path.read_text(errors="replace")
 
 
-def start_group(cluster: Cluster, ns: str, group: str, queue: str, folder: Path) -> Group:
-    """``toolfleet worker --queue-group GROUP -Q QUEUE`` (1 process, 2 threads) on ``cluster``."""
+def start_group(
+    cluster: Cluster,
+    ns: str,
+    group: str,
+    queue: str,
+    folder: Path,
+    env: dict[str, str] | None = None,
+) -> Group:
+    """``toolfleet worker --queue-group GROUP -Q QUEUE`` (1 process, 2 threads) on ``cluster``;
+    ``env`` adds to or overrides its environment (``TOOLFLEET_CLAIM_REPLICAS``...)."""
     env = {
         **os.environ,
         "PYTHONPATH": str(TESTS),
@@ -128,10 +136,11 @@ def start_group(cluster: Cluster, ns: str, group: str, queue: str, folder: Path)
         "TOOLFLEET_SHUTDOWN_GRACE_S": "5",
         "TOOLFLEET_HEALTH_DIR": str(folder / f"health-{group}"),
         "TOOLFLEET_METRICS_PORT": "0",
+        **(env or {}),
     }
     argv = [toolfleet_command(), "worker", "-p", "1", "-t", "2", "--queue-group", group,
             "--extension", "fleet_tools:extension", "-Q", queue]  # fmt: skip
-    log_path = folder / f"worker-{group}.log"
+    log_path = folder / f"worker-{group}-{len(list(folder.glob(f'worker-{group}*.log')))}.log"
     process = subprocess.Popen(argv, env=env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
     return Group(group, queue, process, log_path)
 

@@ -14,6 +14,7 @@ from dramatiq.middleware import CurrentMessage
 from pydantic import ValidationError
 
 from toolfleet.shared import codec, tracing
+from toolfleet.shared.metric_labels import function_label
 from toolfleet.shared.naming import actor_name_for
 from toolfleet.shared.wire import Status, ToolCallRequest, ToolCallResult, validation_problems
 from toolfleet.worker.messaging.broker import FleetRedisBroker
@@ -23,6 +24,7 @@ from toolfleet.worker.pipeline.observe import Observer
 from toolfleet.worker.pipeline.replies import post_rejection
 from toolfleet.worker.pipeline.routes import RouteRecorder
 from toolfleet.worker.pipeline.surrogates import has_lone_surrogate, replace_lone_surrogates
+from toolfleet.worker.supervision import metrics
 from toolfleet.worker.supervision.logs import call_scope
 
 __all__ = ["MessageHandler", "RejectedMessage", "declare_actors"]
@@ -165,7 +167,16 @@ class MessageHandler:
             return None
         token = self.ledger.new_token()
         record = self.pipeline.in_flight(request)
-        claim = self.ledger.claim(request, queue, token, record)
+        served = self.pipeline.registry.served.get(request.function)
+        durable = served is not None and not served.idempotent  # a second run would harm
+        claim = self.ledger.claim(request, queue, token, record, durable=durable)
+        if claim.under_replicated:  # run anyway: see docs/cluster.md, "Failover"
+            label = function_label(request.function, self.pipeline.registry.served)
+            metrics.CLAIMS_UNREPLICATED.labels(label).inc()
+            log.warning(
+                "call %s: its claim reached %s of %s replicas within the timeout; running it",
+                request.id, claim.replicas_acked, claim.replicas_wanted,
+            )  # fmt: skip
         if claim.switches is not None:  # read with the claim: a switch applies at once
             self.pipeline.registry.switches.load(claim.switches)
         if claim.outcome is not None:

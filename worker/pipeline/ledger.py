@@ -18,6 +18,15 @@ there; the duplicate is dropped), or it is this process (the same check, in memo
 pid) leads to a re-run, and only for an idempotent tool; otherwise the call is answered
 ``crashed`` ("not retried because the tool may have side effects").
 
+A claim lives on one master, which replicates asynchronously: a failover may lose it, and
+a redelivered call then finds no claim and runs again. For a non-idempotent tool the
+claim is therefore followed by ``WAIT numreplicas timeout`` on the same connection, in the
+same round trip (:meth:`Ledger.claim` with ``durable=True``): the tool runs once the claim
+reached ``claim_replicas`` replicas, or after ``claim_replicas_timeout_ms`` without them
+(the claim then says how many acknowledged; the caller counts and logs the shortfall).
+``claim_replicas=None`` means one replica when the master has one (per the cluster's
+slot map, or a plain Redis's ``INFO replication`` read once), else no ``WAIT``.
+
 While Redis is unreachable (a restart, a dropped connection) claiming and answering are
 retried with backoff until the call's deadline: the worker holds the message in memory,
 so a call that ran during a short outage is still answered once Redis is back, instead
@@ -35,9 +44,11 @@ from typing import Any, TypeVar
 
 import redis
 from pydantic import BaseModel
+from redis.exceptions import NoScriptError
 
 from toolfleet.shared import codec, scripts
 from toolfleet.shared.cancels import REQUESTED
+from toolfleet.shared.connect import is_cluster
 from toolfleet.shared.limits import DEADLINE_SLACK_S, MAX_TIMEOUT_S
 from toolfleet.shared.naming import (
     cancel_key,
@@ -48,7 +59,7 @@ from toolfleet.shared.naming import (
     switches_key,
     workers_key,
 )
-from toolfleet.shared.pipelines import pipeline
+from toolfleet.shared.pipelines import on_one_connection, pipeline
 from toolfleet.shared.wire import ReplyEnvelope, ToolCallRequest, ToolCallResult, ToolEvent
 from toolfleet.worker.pipeline.replies import push_reply
 
@@ -149,6 +160,10 @@ class Claim:
         owner_alive: whether that worker still heartbeats.
         switches: the switch states read in the same round trip (the ``<ns>:switches``
             hash as Redis returned it), so a switch change applies to the next call.
+        replicas_wanted: replicas the claim was to reach before the call runs (0: no
+            ``WAIT`` was made).
+        replicas_acked: replicas that acknowledged it within the timeout (``WAIT``'s
+            reply), or None without a ``WAIT``.
     """
 
     acquired: bool
@@ -157,6 +172,13 @@ class Claim:
     owner: str | None = None
     owner_alive: bool = False
     switches: dict[Any, Any] | None = None
+    replicas_wanted: int = 0
+    replicas_acked: int | None = None
+
+    @property
+    def under_replicated(self) -> bool:
+        """True when a ``WAIT`` was made and fewer replicas than wanted acknowledged."""
+        return self.replicas_acked is not None and self.replicas_acked < self.replicas_wanted
 
     @property
     def canceled(self) -> bool:
@@ -231,6 +253,9 @@ class Ledger:
         reply_ttl_s: seconds replies, claims and outcomes outlive a call's deadline.
         worker_ttl_s: a worker heartbeat older than this is dead.
         events_maxlen: the events stream is capped at about this many entries.
+        claim_replicas: replicas a durable claim waits for (``WAIT``); None: one when the
+            claim's master has a replica, else none; 0: never wait.
+        claim_replicas_timeout_ms: longest a durable claim waits for them, milliseconds.
     """
 
     def __init__(
@@ -241,6 +266,8 @@ class Ledger:
         reply_ttl_s: int,
         worker_ttl_s: float,
         events_maxlen: int = 100_000,
+        claim_replicas: int | None = None,
+        claim_replicas_timeout_ms: int = 100,
     ) -> None:
         self.client = client
         self.namespace = namespace
@@ -248,7 +275,31 @@ class Ledger:
         self.reply_ttl_s = reply_ttl_s
         self.worker_ttl_s = worker_ttl_s
         self.events_maxlen = events_maxlen
+        self.claim_replicas = claim_replicas
+        self.claim_replicas_timeout_ms = claim_replicas_timeout_ms
         self._claim_script = client.register_script(_CLAIM)
+        self._plain_replicas: int | None = None
+
+    def replicas_wanted(self, key: str) -> int:
+        """Replicas a durable claim of ``key`` waits for (see ``claim_replicas``).
+
+        On a cluster the replicas are those of the slot's master in the client's slot map
+        (no command); on a plain Redis ``INFO replication``'s ``connected_slaves``, read at
+        the first durable claim of the process (0 while Redis cannot tell).
+        """
+        if self.claim_replicas is not None:
+            return self.claim_replicas
+        if is_cluster(self.client):
+            cluster: Any = self.client
+            nodes = cluster.nodes_manager.slots_cache.get(cluster.keyslot(key)) or []
+            return min(1, max(0, len(nodes) - 1))
+        if self._plain_replicas is None:
+            try:
+                info = self.client.info("replication")
+            except redis.RedisError:
+                return 0
+            self._plain_replicas = min(1, int(info.get("connected_slaves", 0)))
+        return self._plain_replicas
 
     def _ttl(self, request: ToolCallRequest) -> int:
         ahead = min(max(0.0, request.deadline - time.time()), MAX_TIMEOUT_S + DEADLINE_SLACK_S)
@@ -279,7 +330,14 @@ class Ledger:
         """A claim token for one delivery: ``<worker id>#<random>``."""
         return f"{self.worker_id}#{uuid.uuid4().hex[:12]}"
 
-    def claim(self, request: ToolCallRequest, queue: str, token: str, record: InFlight) -> Claim:
+    def claim(
+        self,
+        request: ToolCallRequest,
+        queue: str,
+        token: str,
+        record: InFlight,
+        durable: bool = False,
+    ) -> Claim:
         """Try to take the call for the delivery ``token`` (retried while Redis is unreachable).
 
         Args:
@@ -287,10 +345,35 @@ class Ledger:
             queue: its queue (whose heartbeats tell whether an owner is alive).
             token: this delivery's claim token (:meth:`new_token`).
             record: what the watchdog needs while the call runs.
-        """
-        return self._retrying(request, "claim", lambda: self._claim(request, queue, token, record))
+            durable: follow the claim with ``WAIT`` (for a non-idempotent tool), in the
+                same round trip, when :meth:`replicas_wanted` is above 0.
 
-    def _claim(self, request: ToolCallRequest, queue: str, token: str, record: InFlight) -> Claim:
+        Raises:
+            redis.ConnectionError, redis.TimeoutError: Redis still unreachable at the
+                call's deadline.
+        """
+        return self._retrying(
+            request, "claim", lambda: self._claim(request, queue, token, record, durable)
+        )
+
+    def _claim_and_wait(self, keys: list[str], argv: list[str | int], wanted: int) -> list[Any]:
+        """The claim script then ``WAIT wanted timeout`` on one connection: both replies."""
+        commands = [
+            ("EVALSHA", self._claim_script.sha, len(keys), *keys, *argv),
+            ("WAIT", wanted, self.claim_replicas_timeout_ms),
+        ]
+        replies = on_one_connection(self.client, keys[0], commands)
+        if isinstance(replies[0], NoScriptError):  # a restarted or new master
+            self.client.script_load(_CLAIM)
+            replies = on_one_connection(self.client, keys[0], commands)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return list(replies)
+
+    def _claim(
+        self, request: ToolCallRequest, queue: str, token: str, record: InFlight, durable: bool
+    ) -> Claim:
         keys = [
             claim_key(self.namespace, request.id),
             outcome_key(self.namespace, request.id),
@@ -299,15 +382,24 @@ class Ledger:
             switches_key(self.namespace),
         ]
         argv: list[str | int] = [token, self._ttl(request), request.id, record.model_dump_json()]
-        state, value, cancel, flat = self._claim_script(keys, argv)
+        wanted = self.replicas_wanted(keys[0]) if durable else 0
+        acked: int | None = None
+        if wanted > 0:
+            reply, waited = self._claim_and_wait(keys, argv, wanted)
+            acked = int(waited)
+        else:
+            reply = self._claim_script(keys, argv)
+        state, value, cancel, flat = reply
         switches = dict(zip(flat[::2], flat[1::2], strict=True))
         if state == 0:
             return Claim(acquired=False, outcome=value, cancel=cancel, switches=switches)
         if state == 1:
-            return Claim(acquired=True, cancel=cancel, switches=switches)
+            return Claim(acquired=True, cancel=cancel, switches=switches,
+                         replicas_wanted=wanted, replicas_acked=acked)  # fmt: skip
         held = value.decode() if isinstance(value, bytes) else str(value)
         if held == token:  # this delivery's own claim: a retry of a script whose reply was lost
-            return Claim(acquired=True, cancel=cancel, switches=switches)
+            return Claim(acquired=True, cancel=cancel, switches=switches,
+                         replicas_wanted=wanted, replicas_acked=acked)  # fmt: skip
         owner = owner_of(held)
         if owner == self.worker_id:  # not running in this process (it checks that first)
             return Claim(acquired=False, cancel=cancel, owner=owner, switches=switches)

@@ -16,6 +16,7 @@ __all__ = [
     "BREAKER_REFUSED",
     "CALLS",
     "CATALOG_COLLISIONS",
+    "CLAIMS_UNREPLICATED",
     "CONCURRENCY_WAIT",
     "CALL_DURATION",
     "EXTENSION_LOAD_ERRORS",
@@ -53,6 +54,12 @@ CATALOG_COLLISIONS = Gauge(
     "1 while this process's tool is refused a function name another tool holds fleet-wide.",
     ["function"],
     multiprocess_mode="livemax",
+)
+CLAIMS_UNREPLICATED = Counter(
+    "toolfleet_claims_unreplicated_total",
+    "Claims of non-idempotent calls fewer replicas acknowledged than claim_replicas within "
+    "claim_replicas_timeout_ms (the call ran anyway), by function.",
+    ["function"],
 )
 CONCURRENCY_WAIT = Histogram(
     "toolfleet_concurrency_wait_seconds",

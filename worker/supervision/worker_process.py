@@ -153,7 +153,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     dramatiq.set_broker(broker)
     ledger = Ledger(
-        broker.client, namespace, worker_id, settings.reply_ttl_s, settings.worker_ttl_s
+        broker.client,
+        namespace,
+        worker_id,
+        settings.reply_ttl_s,
+        settings.worker_ttl_s,
+        claim_replicas=settings.claim_replicas,
+        claim_replicas_timeout_ms=settings.claim_replicas_timeout_ms,
     )
     slot = f"{socket.gethostname()}-{os.getppid()}-{args.index}"
     affinity_routes = {q: affinity_queue_for(q, slot) for q in registry.affinity_queues & queues}
