@@ -123,9 +123,11 @@ def start_group(
     queue: str,
     folder: Path,
     env: dict[str, str] | None = None,
+    extra: list[str] | None = None,
 ) -> Group:
     """``toolfleet worker --queue-group GROUP -Q QUEUE`` (1 process, 2 threads) on ``cluster``;
-    ``env`` adds to or overrides its environment (``TOOLFLEET_CLAIM_REPLICAS``...)."""
+    ``env`` adds to or overrides its environment (``TOOLFLEET_CLAIM_REPLICAS``...), ``extra``
+    adds to its arguments (``--extension once_tools:extension -Q tools.once``)."""
     env = {
         **os.environ,
         "PYTHONPATH": str(TESTS),
@@ -139,7 +141,7 @@ def start_group(
         **(env or {}),
     }
     argv = [toolfleet_command(), "worker", "-p", "1", "-t", "2", "--queue-group", group,
-            "--extension", "fleet_tools:extension", "-Q", queue]  # fmt: skip
+            "--extension", "fleet_tools:extension", "-Q", queue, *(extra or [])]  # fmt: skip
     log_path = folder / f"worker-{group}-{len(list(folder.glob(f'worker-{group}*.log')))}.log"
     process = subprocess.Popen(argv, env=env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
     return Group(group, queue, process, log_path)
