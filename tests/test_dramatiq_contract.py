@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import inspect
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -117,6 +118,20 @@ def test_redis_consumer_internals_used_by_the_waiting_consumer(
         assert hasattr(broker, name), name
     assert "dispatch" in broker.scripts
     assert isinstance(broker._max_unpack_size(), int)
+
+
+def test_dispatch_script_reads_only_its_first_key_and_is_called_with_keywords(
+    broker: FleetRedisBroker,
+) -> None:
+    """On a cluster the broker adds a key to ``dispatch.lua``'s declared keys
+    (:func:`~toolfleet.worker.messaging.broker.hold_dispatch_through_migrations`): the
+    script must read ``KEYS[1]`` only, and Dramatiq must call it as ``(args=, keys=)``."""
+    source = (Path(dramatiq.brokers.redis.__file__).parent / "redis" / "dispatch.lua").read_text()
+    code = "\n".join(line.split("--", 1)[0] for line in source.splitlines())
+    assert re.findall(r"KEYS\[(\w+)\]", code) == ["1"]
+    assert "#KEYS" not in code and "unpack(KEYS" not in code
+    body = inspect.getsource(RedisBroker._dispatch)
+    assert "dispatch(args=args, keys=keys)" in body
 
 
 def test_redis_consumer_reports_a_lost_connection_as_connection_closed(tmp_path: Path) -> None:

@@ -57,7 +57,14 @@ from toolfleet.worker.messaging.middleware import FleetMiddleware
 from toolfleet.worker.pipeline.ledger import InlineAck
 from toolfleet.worker.supervision.redis_factory import redis_client
 
-__all__ = ["FleetRedisBroker", "WaitingConsumer", "fleet_middleware", "make_broker", "unusable"]
+__all__ = [
+    "FleetRedisBroker",
+    "WaitingConsumer",
+    "fleet_middleware",
+    "hold_dispatch_through_migrations",
+    "make_broker",
+    "unusable",
+]
 
 logger = logging.getLogger("toolfleet.worker.consumer")
 
@@ -427,8 +434,40 @@ def make_broker(
     """
     stack: list[Middleware] = [FleetMiddleware(), CurrentMessage(), ShutdownNotifications()]
     client = redis_client(url, factory=factory, health_check_interval=30)
-    return FleetRedisBroker(  # type: ignore[no-untyped-call]
+    broker = FleetRedisBroker(  # type: ignore[no-untyped-call]
         client=client,
         namespace=group_namespace(namespace, group, cluster=is_cluster(client)),
         middleware=stack + list(middleware or []),
     )
+    if is_cluster(client):
+        hold_dispatch_through_migrations(broker)
+    return broker
+
+
+#: Suffix of a key of the group's slot that is never written (see
+#: :func:`hold_dispatch_through_migrations`).
+NEVER_WRITTEN = ":__never_written__"
+
+
+def hold_dispatch_through_migrations(broker: RedisBroker) -> None:
+    """Make Dramatiq's dispatch script wait while its slot migrates, on a cluster.
+
+    ``dispatch.lua`` (acks, nacks, requeues, heartbeats, maintenance) declares one key,
+    the namespace, which never exists, and builds every key it touches from it. During a
+    migration of the group's slot the source master answers a script whose declared keys
+    are all missing with ``ASK``, so Dramatiq's script would run on the importing master
+    while the queue, acks and heartbeats still live on the source: it would write a second
+    copy of them there (the migration then fails on ``BUSYKEY``, or a ``REPLACE`` loses
+    one copy). Declared with a second key of the slot that is never written, the script
+    gets ``TRYAGAIN`` from either master until the migration ends (a multi-key command
+    with a key missing on a slot in migration), which the cluster client retries
+    (:class:`toolfleet.shared.connect.RetryingCluster`); ``dispatch.lua`` reads only
+    ``KEYS[1]``.
+    """
+    original = broker.scripts["dispatch"]
+    guard = broker.namespace + NEVER_WRITTEN
+
+    def dispatch(keys: list[str], args: list[Any]) -> Any:
+        return original(keys=[*keys, guard], args=args)
+
+    broker.scripts["dispatch"] = dispatch
