@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -13,7 +14,9 @@ from private_cluster import Cluster, start_cluster
 
 from toolfleet.producer import ToolClient
 from toolfleet.shared.connect import (
+    AsyncRetryingCluster,
     ClusterUnavailableError,
+    async_client,
     cluster_seeds,
     is_cluster_url,
     sync_client,
@@ -156,3 +159,32 @@ def test_a_slot_that_stays_unavailable_raises_a_connection_error(cluster: Cluste
         client.delete(present)
     finally:
         client.close()
+
+
+def test_the_async_cluster_client_retries_tryagain_too(cluster: Cluster) -> None:
+    """``async_client`` on a cluster URL retries a script on a slot under migration until
+    the migration is over, like the sync client."""
+    present, absent = "{urlasync}present", "{urlasync}absent"
+
+    async def run() -> tuple[object, float]:
+        client = async_client(cluster.url, socket_timeout=5)
+        assert isinstance(client, AsyncRetryingCluster)
+        try:
+            await client.set(present, "here")
+            slot, source, target = _migrating(cluster, present)
+            ends = threading.Timer(1.5, _stable, (slot, source, target))
+            started = time.monotonic()
+            ends.start()
+            try:
+                reply = await client.eval(TWO_KEYS, 2, present, absent)
+            finally:
+                ends.join()
+            took = time.monotonic() - started
+            await client.delete(present)
+            return reply, took
+        finally:
+            await client.aclose()
+
+    reply, took = asyncio.run(run())
+    assert reply == [b"here", None]
+    assert took >= 1.4
