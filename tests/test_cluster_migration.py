@@ -60,7 +60,8 @@ def migrate_slot(cluster: Cluster, slot: int, source_port: int, target_port: int
             again = [(k, source.type(k), target.exists(k)) for k in keys if seen[k] > 3]
             assert not again, f"keys that stay on the source: {again}"
             try:
-                source.execute_command("MIGRATE", "127.0.0.1", target_port, "", 0, 5000, "KEYS", *keys)
+                source.execute_command("MIGRATE", "127.0.0.1", target_port, "", 0, 5000,
+                                       "KEYS", *keys)  # fmt: skip
             except redis.ResponseError as exc:
                 both = [(k, source.type(k), target.type(k)) for k in keys if target.exists(k)]
                 raise AssertionError(f"{exc}: on both masters: {both}") from exc
