@@ -24,8 +24,8 @@ claim is therefore followed by ``WAIT numreplicas timeout`` on the same connecti
 same round trip (:meth:`Ledger.claim` with ``durable=True``): the tool runs once the claim
 reached ``claim_replicas`` replicas, or after ``claim_replicas_timeout_ms`` without them
 (the claim then says how many acknowledged; the caller counts and logs the shortfall).
-``claim_replicas=None`` means one replica when the master has one (per the cluster's
-slot map, or a plain Redis's ``INFO replication`` read once), else no ``WAIT``.
+``claim_replicas=None`` means one replica when the master has one (its ``INFO
+replication``, asked again every few seconds), else no ``WAIT``.
 
 While Redis is unreachable (a restart, a dropped connection) claiming and answering are
 retried with backoff until the call's deadline: the worker holds the message in memory,
@@ -84,6 +84,8 @@ RETRY_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 #: Seconds the in-flight hash of a process outlives its last heartbeat: the longest a call
 #: may run, plus the deadline slack (each heartbeat sets it, not each claim).
 INFLIGHT_TTL_S = int(MAX_TIMEOUT_S + DEADLINE_SLACK_S)
+#: Seconds a worker trusts what a master said of its replicas (``claim_replicas`` unset).
+REPLICAS_CHECK_S = 5.0
 #: An in-flight record's ``answer_by`` is at least this many seconds after its claim: the
 #: watchdog never answers a call sooner (and, idle, need not look more often).
 MIN_ANSWER_S = 0.5
@@ -278,28 +280,35 @@ class Ledger:
         self.claim_replicas = claim_replicas
         self.claim_replicas_timeout_ms = claim_replicas_timeout_ms
         self._claim_script = client.register_script(_CLAIM)
-        self._plain_replicas: int | None = None
+        #: master name ('' on a plain Redis) -> (replicas, monotonic time to ask again)
+        self._replicas: dict[str, tuple[int, float]] = {}
 
     def replicas_wanted(self, key: str) -> int:
         """Replicas a durable claim of ``key`` waits for (see ``claim_replicas``).
 
-        On a cluster the replicas are those of the slot's master in the client's slot map
-        (no command); on a plain Redis ``INFO replication``'s ``connected_slaves``, read at
-        the first durable claim of the process (0 while Redis cannot tell).
+        Unset, it asks the master that serves ``key`` (on a cluster, per the client's slot
+        map) how many replicas it has (``INFO replication``'s ``connected_slaves``, capped
+        at 1), once per :data:`REPLICAS_CHECK_S` per master; 0 while it cannot tell.
         """
         if self.claim_replicas is not None:
             return self.claim_replicas
+        node: Any = self.client
+        name = ""
         if is_cluster(self.client):
             cluster: Any = self.client
-            nodes = cluster.nodes_manager.slots_cache.get(cluster.keyslot(key)) or []
-            return min(1, max(0, len(nodes) - 1))
-        if self._plain_replicas is None:
-            try:
-                info = self.client.info("replication")
-            except redis.RedisError:
-                return 0
-            self._plain_replicas = min(1, int(info.get("connected_slaves", 0)))
-        return self._plain_replicas
+            found = cluster.get_node_from_key(key)
+            node, name = cluster.get_redis_connection(found), str(found.name)
+        known = self._replicas.get(name)
+        now = time.monotonic()
+        if known is not None and known[1] > now:
+            return known[0]
+        try:
+            info = node.info("replication")
+        except redis.RedisError:
+            return 0
+        count = min(1, int(info.get("connected_slaves", 0)))
+        self._replicas[name] = (count, now + REPLICAS_CHECK_S)
+        return count
 
     def _ttl(self, request: ToolCallRequest) -> int:
         ahead = min(max(0.0, request.deadline - time.time()), MAX_TIMEOUT_S + DEADLINE_SLACK_S)
