@@ -49,6 +49,7 @@ from toolfleet.shared.naming import (
     workers_key,
 )
 from toolfleet.shared.pipelines import pipeline
+from toolfleet.shared.text import as_text
 from toolfleet.shared.wire import ReplyEnvelope, ToolCallRequest, ToolCallResult, ToolEvent
 from toolfleet.worker.pipeline.replies import push_reply
 
@@ -305,7 +306,7 @@ class Ledger:
             return Claim(acquired=False, outcome=value, cancel=cancel, switches=switches)
         if state == 1:
             return Claim(acquired=True, cancel=cancel, switches=switches)
-        held = value.decode() if isinstance(value, bytes) else str(value)
+        held = as_text(value)
         if held == token:  # this delivery's own claim: a retry of a script whose reply was lost
             return Claim(acquired=True, cancel=cancel, switches=switches)
         owner = owner_of(held)
