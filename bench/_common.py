@@ -12,7 +12,6 @@ import os
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import tempfile
 import threading
@@ -23,6 +22,8 @@ from typing import Any
 
 import psutil
 import redis
+from _stats import median as median  # re-exported: the bench scripts import them from here
+from _stats import percentile as percentile
 
 BENCH_DIR = Path(__file__).resolve().parent
 APPS_DIR = BENCH_DIR / "apps"
@@ -266,22 +267,6 @@ def memory_mib(procs: Iterable[psutil.Process]) -> tuple[float, float]:
             rss += info.rss
             pss += getattr(info, "pss", info.rss)
     return rss / 2**20, pss / 2**20
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0-100) by linear interpolation; NaN when empty."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * q / 100.0
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
-
-
-def median(values: Iterable[float | None]) -> float:
-    """Median of the numbers given (``None`` and NaN skipped); NaN when none."""
-    clean = [v for v in values if v is not None and v == v]
-    return statistics.median(clean) if clean else float("nan")
 
 
 def bench_env(redis_url: str, namespace: str) -> dict[str, str]:
