@@ -261,7 +261,7 @@ FLEET_READS = (
     "only for a function the snapshot lacks or shows not live (at most every 0.1 s) and "
     "for every call to a switched-off function; each worker process writes its heartbeats "
     "there once per `heartbeat_interval_s` (2 s). So the `{fleet}` load grows with clients "
-    "and worker processes, not with calls: the per-call figure below, measured at the "
+    "and worker processes, not with calls: its figure per call, measured at the "
     "benchmark's rate, overstates it at higher rates."
 )
 
@@ -270,10 +270,15 @@ FLEET_READS = (
 class ShardFigures:
     """Medians over the rounds of toolfleet's per-master figures on a cluster.
 
+    The CPU figures are net of what a master spends holding neither slot (cluster bus,
+    timers: the CPU per call of a master with no role in the run, 0 when every master
+    has one), since that does not grow with calls.
+
     Attributes:
         group_cpu_us: Redis CPU µs per call of the master holding the calls' group slot.
         fleet_cpu_us: Redis CPU µs per call of the master holding the ``{fleet}`` slot
             (and no group of the run).
+        idle_cpu_us: Redis CPU µs per call of a master holding neither (subtracted above).
         group_cmds: Redis commands per call on the group's master (INFO commandstats,
             commands inside scripts counted once per script call).
         fleet_cmds: the same on the ``{fleet}`` master.
@@ -285,6 +290,7 @@ class ShardFigures:
 
     group_cpu_us: float
     fleet_cpu_us: float
+    idle_cpu_us: float
     group_cmds: float
     fleet_cmds: float
     calls_per_s: float
@@ -309,6 +315,13 @@ class SizingRow:
     group_ceiling: float
     fleet_share: float
     limited_by: str
+
+
+def _idle_figure(run: dict[str, Any]) -> float:
+    """Median Redis CPU µs per call of the masters with no role in ``run`` (0 if none)."""
+    masters = _get(run, "throughput.per_master") or []
+    idle = median(float(m["cpu_us_redis"]) for m in masters if not m.get("roles"))
+    return idle if idle == idle else 0.0
 
 
 def _role_figure(run: dict[str, Any], role: str, field: str) -> float | None:
@@ -336,9 +349,14 @@ def shard_figures(data: dict[str, Any]) -> ShardFigures:
     if not runs:
         raise ValueError(f"no {CLUSTER_SYSTEM!r} runs: measure with compare.py --cluster")
     single = [r for r in data["runs"] if r.get("system") == "toolfleet"]
+
+    def net(run: dict[str, Any], role: str) -> float:
+        return max(0.0, (_role_figure(run, role, "cpu_us_redis") or 0.0) - _idle_figure(run))
+
     return ShardFigures(
-        group_cpu_us=median(_role_figure(r, "group", "cpu_us_redis") for r in runs),
-        fleet_cpu_us=median(_role_figure(r, "fleet", "cpu_us_redis") for r in runs),
+        group_cpu_us=median(net(r, "group") for r in runs),
+        fleet_cpu_us=median(net(r, "fleet") for r in runs),
+        idle_cpu_us=median(_idle_figure(r) for r in runs),
         group_cmds=median(_role_figure(r, "group", "redis_cmds_per_call") for r in runs),
         fleet_cmds=median(_role_figure(r, "fleet", "redis_cmds_per_call") for r in runs),
         calls_per_s=median(_get(r, "throughput.calls_per_s") for r in runs),
@@ -405,7 +423,8 @@ def render_sizing(data: dict[str, Any], groups: int | None = None) -> str:
         f"load average {meta.get('load_before', '?')} before), a 3-master loopback cluster: "
         f"Redis CPU per call {fig.group_cpu_us:.1f} µs on the master holding the calls' "
         f"group slot ({fig.group_cmds:.1f} commands per call) and {fig.fleet_cpu_us:.1f} µs "
-        f"on the master holding `{{fleet}}` ({fig.fleet_cmds:.2f} commands per call){single}; "
+        f"on the master holding `{{fleet}}` ({fig.fleet_cmds:.2f} commands per call), net of "
+        f"the {fig.idle_cpu_us:.1f} µs per call of a master holding neither{single}; "
         f"{fig.calls_per_s:,.0f} calls/s on the cluster.",
         "",
         "| masters | calls/s | one queue group at most | `{fleet}` share of its master's "
