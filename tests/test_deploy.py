@@ -29,7 +29,7 @@ import pytest
 
 from conftest import unavailable
 from toolfleet.shared.extension import Extension
-from toolfleet.shared.naming import queue_msgs_key
+from toolfleet.shared.naming import group_namespace, queue_msgs_key
 from toolfleet.shared.settings import Settings
 from toolfleet.worker.cli.main import cli
 from toolfleet.worker.registry.loader import load_all
@@ -439,6 +439,9 @@ def test_cluster_keda_watches_each_groups_queue_key_in_its_slot() -> None:
         expected = sorted(_documented_keda_key(namespace, group, q) for q in queues)
         assert sorted(t["metadata"]["listName"] for t in triggers) == expected
         assert expected[0].startswith(f"{namespace}:{{g.{group}}}:"), expected
+        # the key a worker of the group has Dramatiq write: <its Dramatiq namespace>:<queue>.msgs
+        prefix = group_namespace(namespace, group, cluster=True)
+        assert expected == sorted(queue_msgs_key(prefix, q) for q in queues)
         for trigger in triggers:
             assert key_slot(trigger["metadata"]["listName"].encode()) == key_slot(
                 f"g.{group}".encode()
