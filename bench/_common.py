@@ -12,7 +12,6 @@ import os
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import tempfile
 import threading
@@ -23,6 +22,9 @@ from typing import Any
 
 import psutil
 import redis
+import redis.cluster
+from _stats import median as median  # re-exported: the bench scripts import them from here
+from _stats import percentile as percentile
 
 BENCH_DIR = Path(__file__).resolve().parent
 APPS_DIR = BENCH_DIR / "apps"
@@ -47,7 +49,7 @@ def redis_server_binary() -> str:
         return found
     from toolfleet.worker.devtools.embedded_redis import redis_server_binary as embedded_binary
 
-    return embedded_binary()
+    return str(embedded_binary())
 
 
 class Procs:
@@ -168,6 +170,102 @@ class PrivateRedis:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+class PrivateCluster:
+    """A Redis Cluster of ``masters`` ``redis-server`` processes on 127.0.0.1, no replicas.
+
+    Each node runs ``--cluster-enabled yes`` on a free port (its bus port given, also
+    free), joined by ``redis-cli --cluster create``; no persistence.
+    """
+
+    def __init__(self, procs: Procs, masters: int = 3) -> None:
+        self.procs = procs
+        self.ports = [free_port() for _ in range(masters)]
+        self.url = "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.ports)
+        self.dir = tempfile.mkdtemp(prefix="toolfleet-bench-cluster-")
+        self.binary = redis_server_binary()
+        self.nodes: dict[int, subprocess.Popen[bytes]] = {}
+
+    def start(self, timeout_s: float = 30.0) -> PrivateCluster:
+        cli = shutil.which("redis-cli") or shutil.which("valkey-cli")
+        if not cli:
+            raise RuntimeError("--cluster needs redis-cli (or valkey-cli) on PATH")
+        for port in self.ports:
+            folder = Path(self.dir) / str(port)
+            folder.mkdir()
+            argv = [
+                self.binary,
+                "--port", str(port), "--cluster-port", str(free_port()),
+                "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+                "--cluster-config-file", str(folder / "nodes.conf"),
+                "--save", "", "--appendonly", "no", "--dir", str(folder),
+                "--maxclients", "10000", "--loglevel", "warning",
+            ]  # fmt: skip
+            self.nodes[port] = self.procs.start(argv, stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout_s
+        for port in self.ports:
+            while not _answers(port):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"cluster node 127.0.0.1:{port} did not start")
+                time.sleep(0.05)
+        create = [cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports),
+                  "--cluster-replicas", "0", "--cluster-yes"]  # fmt: skip
+        done = subprocess.run(create, capture_output=True, timeout=60, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"redis-cli --cluster create failed: {done.stdout!r} {done.stderr!r}"
+            )
+        while time.monotonic() < deadline:
+            states = [self.node(p).cluster("info").get("cluster_state") for p in self.ports]
+            if all(state == "ok" for state in states):
+                return self
+            time.sleep(0.1)
+        raise RuntimeError(f"the cluster did not reach cluster_state:ok: {states}")
+
+    def node(self, port: int) -> redis.Redis:
+        """A plain client of one node (its own commands and counters only)."""
+        return redis.Redis(host="127.0.0.1", port=port, socket_timeout=10)
+
+    def node_url(self, port: int) -> str:
+        return f"redis://127.0.0.1:{port}/0"
+
+    def pid(self, port: int) -> int:
+        return self.nodes[port].pid
+
+    def master_of(self, key: str) -> int:
+        """The port of the master serving ``key``'s slot (hash tags applied)."""
+        from redis.crc import key_slot
+
+        slot = key_slot(key.encode())
+        for start, end, master, *_ in self.node(self.ports[0]).cluster("slots"):
+            if start <= slot <= end:
+                return int(master[1])
+        raise RuntimeError(f"no master serves slot {slot}")
+
+    def client(self) -> redis.cluster.RedisCluster:
+        """A cluster client (routing by slot)."""
+        nodes = [redis.cluster.ClusterNode("127.0.0.1", p) for p in self.ports]  # type: ignore[no-untyped-call]
+        return redis.cluster.RedisCluster(startup_nodes=nodes, socket_timeout=10)
+
+    def flushall(self) -> None:
+        for port in self.ports:
+            self.node(port).flushall()
+
+    def version(self) -> str:
+        return str(self.node(self.ports[0]).info("server")["redis_version"])
+
+    def stop(self) -> None:
+        for proc in self.nodes.values():
+            self.procs.stop(proc, grace_s=5)
+        self.nodes.clear()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _answers(port: int) -> bool:
+    with contextlib.suppress(redis.RedisError):
+        return bool(redis.Redis(host="127.0.0.1", port=port, socket_timeout=1).ping())
+    return False
+
+
 # -- counters ------------------------------------------------------------------
 
 
@@ -219,7 +317,7 @@ class CommandCensus:
     def _run(self) -> None:
         client = redis.Redis.from_url(self.url)
         try:
-            with client.monitor() as monitor:
+            with client.monitor() as monitor:  # type: ignore[no-untyped-call]
                 self._ready.set()
                 while not self._stop.is_set():
                     command = monitor.next_command()
@@ -266,22 +364,6 @@ def memory_mib(procs: Iterable[psutil.Process]) -> tuple[float, float]:
             rss += info.rss
             pss += getattr(info, "pss", info.rss)
     return rss / 2**20, pss / 2**20
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0-100) by linear interpolation; NaN when empty."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * q / 100.0
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
-
-
-def median(values: Iterable[float | None]) -> float:
-    """Median of the numbers given (``None`` and NaN skipped); NaN when none."""
-    clean = [v for v in values if v is not None and v == v]
-    return statistics.median(clean) if clean else float("nan")
 
 
 def bench_env(redis_url: str, namespace: str) -> dict[str, str]:

@@ -3,6 +3,7 @@
     python bench/compare.py                # 5 interleaved rounds (~10 min on 2 cores)
     python bench/compare.py --rounds 3
     python bench/compare.py --quick        # 2 short rounds, a smoke test
+    python bench/compare.py --cluster      # also toolfleet on a 3-master loopback cluster
 
 Needs the bench extra: ``pip install -e '.[bench]'``. Starts a private ``redis-server``
 on a free port of 127.0.0.1 (never 6379), then for each round and each system in turn
@@ -11,6 +12,14 @@ processes for all), measure its idle Redis traffic, run the producer phases in a
 separate process (``driver.py``), record worker memory, stop the workers. Prints a
 markdown table of medians over the rounds and writes it, the raw JSON and a PNG chart
 to ``bench/results/``. Every process it starts is killed on exit, error or Ctrl-C.
+
+With ``--cluster`` it also starts a Redis Cluster of ``--masters`` (3) masters on
+loopback (``redis-server --cluster-enabled yes``, ``redis-cli --cluster create``) and,
+in each round after the other systems, runs toolfleet on it (``system``
+``toolfleet-cluster``: one queue group, whose slot is on another master than
+``{fleet}``), recording per master its Redis CPU and commands per call (``per_master``
+of each phase, with the slots it holds: ``roles`` ``group`` / ``fleet``).
+``bench/report.py --sizing`` turns that into the sizing table of docs/cluster.md.
 """
 
 from __future__ import annotations
@@ -25,11 +34,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import orjson
+import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "apps"))
@@ -37,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "apps"))
 from _common import (  # noqa: E402
     BENCH_DIR,
     CommandCensus,
+    PrivateCluster,
     PrivateRedis,
     Procs,
     bench_env,
@@ -46,7 +59,9 @@ from _common import (  # noqa: E402
 )
 from _process import load_average  # noqa: E402
 from report import render_markdown  # noqa: E402
-from systems import BY_KEY, NAMESPACE, SYSTEMS, System, variant  # noqa: E402
+from systems import BY_KEY, NAMESPACE, SYSTEMS, System, cluster_system, variant  # noqa: E402
+
+from toolfleet.shared.naming import fleet_namespace, group_namespace  # noqa: E402
 
 RESULTS_DIR = BENCH_DIR / "results"
 DRIVER_TIMEOUT_S = 900.0
@@ -92,63 +107,140 @@ def git_revision() -> str:
     return f"{head}{' + uncommitted changes' if dirty else ''}" if head else "unknown"
 
 
-def measure_idle(url: str, client: Any, seconds: float, processes: int) -> dict[str, Any]:
-    """Redis commands/s per worker process with no producer: all (commandstats, commands run
-    by Lua scripts included, as Dramatiq's ~7 ops/s is counted) and top-level only (MONITOR).
+@dataclass
+class Target:
+    """The Redis a system runs against: one server, or a cluster's masters.
+
+    Attributes:
+        url: what the workers and the producer connect to.
+        ready: the client workers' readiness is read with.
+        node_urls: ``redis://`` of each server whose commands are counted.
+        flush: empties every server.
+        driver_args: how the driver finds the servers' processes.
     """
-    before = redis_counters(client)
+
+    url: str
+    ready: Any
+    node_urls: list[str]
+    flush: Callable[[], object]
+    driver_args: list[str]
+
+
+def single_target(server: PrivateRedis) -> Target:
+    client = server.client()
+    return Target(
+        server.url, client, [server.url], client.flushall, ["--redis-pid", str(server.pid)]
+    )
+
+
+def cluster_roles(cluster: PrivateCluster, group: str) -> dict[int, list[str]]:
+    """Master port -> the slots of the run it holds: ``group`` (the group's), ``fleet``."""
+    group_master = cluster.master_of(group_namespace(NAMESPACE, group, cluster=True))
+    fleet_master = cluster.master_of(fleet_namespace(NAMESPACE, cluster=True))
+    return {
+        port: [
+            role for role, at in (("group", group_master), ("fleet", fleet_master)) if at == port
+        ]
+        for port in cluster.ports
+    }
+
+
+def pick_group(cluster: PrivateCluster) -> str:
+    """A queue group name whose slot is on another master than ``{fleet}``.
+
+    Then each master's Redis CPU is either the group's or the fleet slot's, not both.
+    """
+    for name in ("bench", *(f"bench{i}" for i in range(1, 100))):
+        roles = cluster_roles(cluster, name)
+        if all(len(r) < 2 for r in roles.values()):
+            return name
+    raise RuntimeError("no group name of bench, bench1..bench99 hashes apart from {fleet}")
+
+
+def cluster_target(cluster: PrivateCluster, group: str) -> Target:
+    roles = cluster_roles(cluster, group)
+    nodes = [{"port": p, "pid": cluster.pid(p), "roles": roles[p]} for p in cluster.ports]
+    return Target(
+        cluster.url,
+        cluster.client(),
+        [cluster.node_url(p) for p in cluster.ports],
+        cluster.flushall,
+        ["--nodes", orjson.dumps(nodes).decode()],
+    )
+
+
+def measure_idle(urls: list[str], seconds: float, processes: int) -> dict[str, Any]:
+    """Redis commands/s per worker process with no producer: all (commandstats, commands run
+    by Lua scripts included, as Dramatiq's ~7 ops/s is counted) and top-level only (MONITOR),
+    summed over the servers of ``urls``.
+    """
+    clients = [redis.Redis.from_url(url, socket_timeout=10) for url in urls]
+    before = [redis_counters(c) for c in clients]
     started = time.monotonic()
-    census = CommandCensus(url).start()
+    censuses = [CommandCensus(url).start() for url in urls]
     time.sleep(seconds)
-    monitored = census.stop()
+    monitored = [census.stop() for census in censuses]
     elapsed = time.monotonic() - started
-    delta = counters_delta(before, redis_counters(client))
-    top = monitored["top_level"]
+    deltas = [counters_delta(b, redis_counters(c)) for b, c in zip(before, clients, strict=True)]
+    total = sum(d["total"] for d in deltas)
+    per_command = _summed(d["per_command"] for d in deltas)
+    top = _summed(m["top_level"] for m in monitored)
+    for c in clients:
+        c.close()
     return {
         "seconds": elapsed,
-        "ops_per_s_per_process": delta["total"] / elapsed / processes,
+        "ops_per_s_per_process": total / elapsed / processes,
         "top_level_per_s_per_process": sum(top.values()) / elapsed / processes,
-        "per_command": delta["per_command"],
+        "per_command": per_command,
         "top_level": top,
-        "in_scripts": monitored["in_scripts"],
+        "in_scripts": _summed(m["in_scripts"] for m in monitored),
     }
+
+
+def _summed(counts: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for one in counts:
+        for k, v in one.items():
+            out[k] = out.get(k, 0) + v
+    return out
 
 
 def run_one(
     system: System,
     args: argparse.Namespace,
     procs: Procs,
-    server: PrivateRedis,
+    target: Target,
     workdir: Path,
     round_no: int,
 ) -> dict[str, Any]:
-    client = server.client()
-    client.flushall()
-    env = bench_env(server.url, NAMESPACE)
+    target.flush()
+    env = bench_env(target.url, NAMESPACE)
     if system.pythonpath:
         env["PYTHONPATH"] = os.pathsep.join([system.pythonpath, env["PYTHONPATH"]])
     log_path = workdir / f"{system.key}-{round_no}-workers.log"
     running = system.start(procs, env, args.processes, log_path)
     try:
         started = time.monotonic()
-        system.wait_ready(client, running, args.processes)
+        system.wait_ready(target.ready, running, args.processes)
         startup_s = time.monotonic() - started
         time.sleep(1.0)
-        idle = measure_idle(server.url, client, args.idle_s, args.processes)
+        idle = measure_idle(target.node_urls, args.idle_s, args.processes)
         out = workdir / f"{system.key}-{round_no}.json"
         tree_pids = [p.pid for p in running.tree()]
+        # the 10,000-in-flight phase reads one server's client list: single Redis only
+        ten_thousand = args.ten_thousand if system.kind == "toolfleet" and not system.group else 0
         argv = [
             sys.executable, str(BENCH_DIR / "driver.py"),
             "--system", system.kind,
-            "--redis-url", server.url,
-            "--redis-pid", str(server.pid),
+            "--redis-url", target.url,
+            *target.driver_args,
             "--worker-pids", ",".join(map(str, tree_pids)),
             "--suspend-pids", ",".join(map(str, running.worker_pids)),
             "--sequential", str(args.sequential),
             "--in-flight", str(args.in_flight),
             "--turns", str(args.turns),
             "--warmup", str(args.warmup),
-            "--ten-thousand", str(args.ten_thousand if system.kind == "toolfleet" else 0),
+            "--ten-thousand", str(ten_thousand),
             "--out", str(out),
         ]  # fmt: skip
         driver_log = workdir / f"{system.key}-{round_no}-driver.log"
@@ -202,6 +294,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="NAME=PATH",
         help="also run toolfleet from a copy of its sources at PATH/toolfleet (A/B tests)",
     )
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="also run toolfleet on a loopback Redis Cluster (per-master figures)",
+    )
+    parser.add_argument("--masters", type=int, default=3, help="masters of --cluster")
     parser.add_argument("--no-chart", action="store_true", help="skip the PNG chart")
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
@@ -230,6 +328,15 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="toolfleet-bench-"))
     try:
         server = PrivateRedis(procs).start()
+        targets = {system.key: single_target(server) for system in args.systems}
+        systems = list(args.systems)
+        cluster = None
+        if args.cluster:
+            cluster = PrivateCluster(procs, args.masters).start()
+            group = pick_group(cluster)
+            system = cluster_system(group, args.masters)
+            systems.append(system)
+            targets[system.key] = cluster_target(cluster, group)
         meta = machine_info(server.version())
         meta.update(
             processes=args.processes,
@@ -241,16 +348,23 @@ def main(argv: list[str] | None = None) -> int:
             idle_s=args.idle_s,
             quick=args.quick,
         )
+        if cluster is not None:
+            meta["cluster"] = {
+                "masters": args.masters,
+                "group": group,
+                "redis_server": cluster.version(),
+                "roles": {str(p): r for p, r in cluster_roles(cluster, group).items()},
+            }
         print(
-            f"# {meta['date']}: {args.rounds} rounds × {len(args.systems)} systems, "
+            f"# {meta['date']}: {args.rounds} rounds × {len(systems)} systems, "
             f"{args.processes} worker processes, Redis {meta['redis_server']} on 127.0.0.1:"
             f"{server.port}; logs in {workdir}",
             flush=True,
         )
         for round_no in range(1, args.rounds + 1):
-            for system in args.systems:
+            for system in systems:
                 t0 = time.monotonic()
-                report = run_one(system, args, procs, server, workdir, round_no)
+                report = run_one(system, args, procs, targets[system.key], workdir, round_no)
                 runs.append(report)
                 seq, thr = report["sequential"], report["throughput"]
                 print(
@@ -261,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
         server.stop()
+        if cluster is not None:
+            cluster.stop()
     except KeyboardInterrupt:
         print("interrupted; stopping every process started", file=sys.stderr)
         return 130

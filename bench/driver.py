@@ -227,39 +227,68 @@ CLIENTS: dict[str, Callable[[str], BenchClient]] = {
 # -- phases --------------------------------------------------------------------------
 
 
-class Meter:
-    """CPU of producer / workers / Redis and Redis command counts around a phase."""
+class Node:
+    """One redis-server the meter reads: its counters (a plain client) and its process."""
 
-    def __init__(self, redis_client: redis.Redis, worker_pids: list[int], redis_pid: int) -> None:
-        self.redis = redis_client
+    def __init__(self, client: redis.Redis, pid: int, info: dict[str, Any]) -> None:
+        self.client, self.proc, self.info = client, psutil.Process(pid), info
+
+
+class Meter:
+    """CPU of producer / workers / Redis and Redis command counts around a phase.
+
+    On a cluster it reads every master apart (``nodes``): the per-call figures of each go
+    to ``per_master``, with the node's ``info`` (port, pid, roles), and the totals sum them.
+    """
+
+    def __init__(self, nodes: list[Node], worker_pids: list[int], cluster: bool = False) -> None:
+        self.nodes, self.cluster = nodes, cluster
         self.me = psutil.Process()
         self.workers = [psutil.Process(pid) for pid in worker_pids if psutil.pid_exists(pid)]
-        self.redis_proc = psutil.Process(redis_pid)
 
     def snapshot(self) -> dict[str, Any]:
         return {
             "wall": time.perf_counter(),
             "producer": cpu_seconds([self.me]),
             "workers": cpu_seconds(self.workers),
-            "redis": cpu_seconds([self.redis_proc]),
-            "counters": redis_counters(self.redis),
+            "redis": [cpu_seconds([n.proc]) for n in self.nodes],
+            "counters": [redis_counters(n.client) for n in self.nodes],
         }
 
-    @staticmethod
-    def per_call(before: dict[str, Any], after: dict[str, Any], calls: int) -> dict[str, Any]:
-        delta = counters_delta(before["counters"], after["counters"])
-        return {
+    def per_call(self, before: dict[str, Any], after: dict[str, Any], calls: int) -> dict[str, Any]:
+        masters = []
+        for i, node in enumerate(self.nodes):
+            delta = counters_delta(before["counters"][i], after["counters"][i])
+            masters.append(
+                {
+                    **node.info,
+                    "cpu_us_redis": (after["redis"][i] - before["redis"][i]) / calls * 1e6,
+                    "redis_cmds_per_call": delta["total"] / calls,
+                    "redis_cmds_incl_scripts_per_call": sum(delta["per_command"].values()) / calls,
+                    "redis_per_command": {
+                        k: round(v / calls, 3) for k, v in sorted(delta["per_command"].items())
+                    },
+                }
+            )
+        per_command: dict[str, float] = {}
+        for m in masters:
+            for k, v in m["redis_per_command"].items():
+                per_command[k] = round(per_command.get(k, 0.0) + v, 3)
+        out = {
             "calls": calls,
             "wall_s": after["wall"] - before["wall"],
             "cpu_us_producer": (after["producer"] - before["producer"]) / calls * 1e6,
             "cpu_us_workers": (after["workers"] - before["workers"]) / calls * 1e6,
-            "cpu_us_redis": (after["redis"] - before["redis"]) / calls * 1e6,
-            "redis_cmds_per_call": delta["total"] / calls,
-            "redis_cmds_incl_scripts_per_call": sum(delta["per_command"].values()) / calls,
-            "redis_per_command": {
-                k: round(v / calls, 3) for k, v in sorted(delta["per_command"].items())
-            },
+            "cpu_us_redis": sum(m["cpu_us_redis"] for m in masters),
+            "redis_cmds_per_call": sum(m["redis_cmds_per_call"] for m in masters),
+            "redis_cmds_incl_scripts_per_call": sum(
+                m["redis_cmds_incl_scripts_per_call"] for m in masters
+            ),
+            "redis_per_command": dict(sorted(per_command.items())),
         }
+        if self.cluster:
+            out["per_master"] = masters
+        return out
 
 
 def check(values: list[Any], ns: Sequence[int]) -> int:
@@ -286,7 +315,7 @@ def phase_sequential(client: BenchClient, meter: Meter, count: int) -> dict[str,
         "p99_ms": percentile(latencies_ms, 99),
         "mean_ms": sum(latencies_ms) / max(1, len(latencies_ms)),
         "wrong": wrong,
-        **Meter.per_call(before, after, max(1, len(latencies_ms))),
+        **meter.per_call(before, after, max(1, len(latencies_ms))),
     }
 
 
@@ -332,7 +361,7 @@ def phase_throughput(client: BenchClient, meter: Meter, in_flight: int) -> dict[
     submitted = time.perf_counter()
     values = client.wait_many(handles)
     after = meter.snapshot()
-    stats = Meter.per_call(before, after, in_flight)
+    stats = meter.per_call(before, after, in_flight)
     return {
         "in_flight": in_flight,
         "calls_per_s": in_flight / stats["wall_s"],
@@ -342,23 +371,28 @@ def phase_throughput(client: BenchClient, meter: Meter, in_flight: int) -> dict[
     }
 
 
-def phase_census(client: BenchClient, url: str, calls: int) -> dict[str, Any]:
-    """Top-level Redis commands per call (MONITOR, apart from the timed phases).
+def phase_census(client: BenchClient, urls: list[str], calls: int) -> dict[str, Any]:
+    """Top-level Redis commands per call (MONITOR on each node, apart from the timed phases).
 
     Commands of the workers' background work (heartbeats) during the burst count too.
     """
-    census = CommandCensus(url).start()
+    censuses = [CommandCensus(url).start() for url in urls]
     time.sleep(0.2)
     ns = list(range(calls))
     wrong = check(client.wait_many(client.submit_many(ns)), ns)
     time.sleep(0.2)
-    counts = census.stop()
-    top = counts["top_level"]
+    top: dict[str, int] = {}
+    in_scripts = 0
+    for census in censuses:
+        counts = census.stop()
+        for k, v in counts["top_level"].items():
+            top[k] = top.get(k, 0) + v
+        in_scripts += sum(counts["in_scripts"].values())
     return {
         "calls": calls,
         "wrong": wrong,
         "top_level_per_call": sum(top.values()) / calls,
-        "in_scripts_per_call": sum(counts["in_scripts"].values()) / calls,
+        "in_scripts_per_call": in_scripts / calls,
         "top_level": {k: round(v / calls, 3) for k, v in sorted(top.items())},
     }
 
@@ -432,7 +466,12 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--system", required=True, choices=sorted(CLIENTS))
     parser.add_argument("--redis-url", required=True)
-    parser.add_argument("--redis-pid", type=int, required=True)
+    parser.add_argument("--redis-pid", type=int, default=0, help="the single Redis's pid")
+    parser.add_argument(
+        "--nodes",
+        default="",
+        help="on a cluster: JSON list of its masters, {port, pid, roles} each",
+    )
     parser.add_argument("--worker-pids", default="")
     parser.add_argument("--suspend-pids", default="")
     parser.add_argument("--sequential", type=int, default=500)
@@ -445,8 +484,17 @@ def main() -> int:
     args = parser.parse_args()
 
     worker_pids = [int(p) for p in args.worker_pids.split(",") if p]
-    admin = redis.Redis.from_url(args.redis_url)
-    meter = Meter(admin, worker_pids, args.redis_pid)
+    if args.nodes:
+        infos = orjson.loads(args.nodes)
+        urls = [f"redis://127.0.0.1:{info['port']}/0" for info in infos]
+        nodes = [
+            Node(redis.Redis.from_url(url), info["pid"], info)
+            for url, info in zip(urls, infos, strict=True)
+        ]
+    else:
+        urls = [args.redis_url]
+        nodes = [Node(redis.Redis.from_url(args.redis_url), args.redis_pid, {})]
+    meter = Meter(nodes, worker_pids, cluster=bool(args.nodes))
     client = CLIENTS[args.system](args.redis_url)
     report: dict[str, Any] = {"system": args.system, "pid": os.getpid()}
     try:
@@ -458,7 +506,7 @@ def main() -> int:
         if isinstance(client, ToolfleetClient):
             report["turn_submit"] = phase_turns(client, args.turns, args.turn_width)
         report["throughput"] = phase_throughput(client, meter, args.in_flight)
-        report["census"] = phase_census(client, args.redis_url, min(1000, args.in_flight))
+        report["census"] = phase_census(client, urls, min(1000, args.in_flight))
         if isinstance(client, ToolfleetClient):
             report["errors"] = client.errors
     finally:

@@ -13,9 +13,11 @@ from typing import IO
 
 import psutil
 import redis
+import redis.cluster
 from _common import APPS_DIR, Procs
+from report import CLUSTER_SYSTEM
 
-from toolfleet.shared.naming import default_queue_for, workers_key
+from toolfleet.shared.naming import default_queue_for, fleet_namespace, workers_key
 
 NAMESPACE = "tfbench"
 TOOLFLEET_QUEUE = default_queue_for("bench")
@@ -63,12 +65,15 @@ class System:
         kind: which system it is (``toolfleet`` for a variant ``toolfleet@NAME``).
         pythonpath: put first on ``PYTHONPATH`` of the workers and the producer (a
             variant's copy of the toolfleet sources, laid out as ``PATH/toolfleet/...``).
+        group: toolfleet on a Redis Cluster: the queue group its workers serve
+            (``--queue-group``); empty on a single Redis.
     """
 
     key: str
     label: str
     kind: str = ""
     pythonpath: str = ""
+    group: str = ""
 
     def __post_init__(self) -> None:
         if not self.kind:
@@ -78,8 +83,9 @@ class System:
         """Command lines of the worker side (one per root process)."""
         py = sys.executable
         if self.kind == "toolfleet":
+            group = ["--queue-group", self.group] if self.group else []
             return [[
-                _script("toolfleet"), "worker", "-p", str(processes),
+                _script("toolfleet"), "worker", "-p", str(processes), *group,
                 "-Q", TOOLFLEET_QUEUE, "--extension", "bench_tools:extension",
             ]]  # fmt: skip
         if self.kind == "dramatiq":
@@ -106,7 +112,11 @@ class System:
         return Running(roots=roots, log=log, procs=procs)
 
     def wait_ready(
-        self, client: redis.Redis, running: Running, processes: int, timeout_s: float = 60.0
+        self,
+        client: redis.Redis | redis.cluster.RedisCluster,
+        running: Running,
+        processes: int,
+        timeout_s: float = 60.0,
     ) -> None:
         """Block until ``processes`` worker processes announced themselves (or raise)."""
         deadline = time.monotonic() + timeout_s
@@ -121,10 +131,11 @@ class System:
         tail = Path(running.log.name).read_text(errors="replace")[-2000:]
         raise RuntimeError(f"{self.label}: workers not ready within {timeout_s:.0f} s:\n{tail}")
 
-    def _ready_count(self, client: redis.Redis) -> int:
+    def _ready_count(self, client: redis.Redis | redis.cluster.RedisCluster) -> int:
         if self.kind == "toolfleet":
             since = time.time() - 10
-            return int(client.zcount(workers_key(NAMESPACE, TOOLFLEET_QUEUE), since, "+inf"))
+            fleet = fleet_namespace(NAMESPACE, cluster=bool(self.group))
+            return int(client.zcount(workers_key(fleet, TOOLFLEET_QUEUE), since, "+inf"))
         return int(client.scard(READY_KEY))
 
     def _worker_pids(self, running: Running) -> list[int]:
@@ -142,6 +153,11 @@ SYSTEMS = [
     System("raw", "raw LPUSH/BRPOP floor"),
 ]
 BY_KEY = {s.key: s for s in SYSTEMS}
+
+
+def cluster_system(group: str, masters: int) -> System:
+    """toolfleet on a ``masters``-master cluster, its workers serving queue group ``group``."""
+    return System(CLUSTER_SYSTEM, f"toolfleet, {masters}-master cluster", "toolfleet", group=group)
 
 
 def variant(spec: str) -> System:

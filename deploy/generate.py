@@ -4,14 +4,16 @@ Queue names, Redis key names and tool time limits live in the code, not in YAML:
 script loads the extensions the workers load (the ``toolfleet.extensions`` entry points,
 plus the ``load`` specs of ``k8s/queue-groups.toml`` that no entry point provides),
 takes each extension's queue (``Extension.queue_name``) and its tools' time limits, and
-the Redis key KEDA watches from :func:`toolfleet.shared.naming.queue_msgs_key`::
+the Redis key KEDA watches from :func:`toolfleet.shared.naming.queue_msgs_key` (on a
+Redis Cluster under the group's :func:`toolfleet.shared.naming.group_namespace`)::
 
     python deploy/generate.py           # rewrite the generated files
     python deploy/generate.py --check   # exit 1 and show a diff when they are stale
 
 Inputs: ``k8s/queue-groups.toml`` (groups, sizes, replicas) and ``k8s/base/settings.env``
 (``TOOLFLEET_NAMESPACE``, ``TOOLFLEET_SHUTDOWN_GRACE_S``). Outputs: ``k8s/base/workers.yaml``,
-``k8s/components/keda/scaledobjects.yaml``, ``k8s/components/hpa-cpu/hpas.yaml``; and
+``k8s/components/keda/scaledobjects.yaml``,
+``k8s/components/keda-redis-cluster/scaledobjects.yaml``, ``k8s/components/hpa-cpu/hpas.yaml``; and
 ``k8s/base/monitoring.yaml``, the alert rules (``prometheus/alerts.yml``) as a
 ``PrometheusRule`` and the dashboard (``grafana/toolfleet.json``) as a ConfigMap for
 Grafana's dashboard sidecar, so Kubernetes gets the same files compose loads.
@@ -34,7 +36,7 @@ from typing import Any
 import yaml
 
 from toolfleet.shared.extension import Extension
-from toolfleet.shared.naming import queue_msgs_key
+from toolfleet.shared.naming import group_namespace, queue_msgs_key
 from toolfleet.shared.settings import Settings
 from toolfleet.worker.registry.loader import load_entry_points, load_spec
 
@@ -215,7 +217,7 @@ def tool_time_limit_s(extension: Extension) -> float:
     A tool's limit is its own ``timeout_s``, else the extension's ``timeout_s``.
     """
     specs = extension.validate()
-    return max(spec.timeout_s or extension.timeout_s for spec in specs)
+    return float(max(spec.timeout_s or extension.timeout_s for spec in specs))
 
 
 def cpu_cores(quantity: str) -> float:
@@ -290,6 +292,8 @@ def _labels(p: Plan) -> dict[str, str]:
 def _worker_args(p: Plan) -> list[str]:
     args = ["toolfleet", "worker", "--processes", f"$({PROCESSES_ENV})"]
     args += ["--threads", str(p.group.threads)]
+    # the group names the worker's key prefix on a Redis Cluster; nothing on a plain Redis
+    args += ["--queue-group", p.group.name]
     for queue in p.queues:
         args += ["--queues", queue]
     for spec in p.extension_specs:
@@ -426,20 +430,25 @@ def _pdb(p: Plan) -> dict[str, Any]:
     }
 
 
-def _scaled_object(p: Plan, namespace: str) -> dict[str, Any]:
-    triggers = [
-        {
-            "type": "redis",
-            "name": queue.replace(".", "-"),
-            "metadata": {
-                # Dramatiq's hash of the queue's messages: pending + prefetched + running.
-                "listName": queue_msgs_key(namespace, queue),
-                "listLength": str(p.slots),
-            },
-            "authenticationRef": {"name": "toolfleet-redis"},
-        }
-        for queue in p.queues
-    ]
+def _trigger(p: Plan, namespace: str, queue: str, *, cluster: bool) -> dict[str, Any]:
+    """One KEDA trigger on ``queue``: ``redis`` on a plain Redis, ``redis-cluster`` on a cluster.
+
+    It watches Dramatiq's hash of the queue's messages (pending + prefetched + running),
+    named under the group's key prefix: ``<ns>:{g.<group>}:<queue>.msgs`` on a cluster.
+    """
+    prefix = group_namespace(namespace, p.group.name, cluster=cluster)
+    return {
+        "type": "redis-cluster" if cluster else "redis",
+        "name": queue.replace(".", "-"),
+        "metadata": {
+            "listName": queue_msgs_key(prefix, queue),
+            "listLength": str(p.slots),
+        },
+        "authenticationRef": {"name": "toolfleet-redis-cluster" if cluster else "toolfleet-redis"},
+    }
+
+
+def _scaled_object(p: Plan, namespace: str, *, cluster: bool = False) -> dict[str, Any]:
     return {
         "apiVersion": "keda.sh/v1alpha1",
         "kind": "ScaledObject",
@@ -460,7 +469,7 @@ def _scaled_object(p: Plan, namespace: str) -> dict[str, Any]:
                     }
                 }
             },
-            "triggers": triggers,
+            "triggers": [_trigger(p, namespace, q, cluster=cluster) for q in p.queues],
         },
     }
 
@@ -505,9 +514,16 @@ def _workers(plans: list[Plan], settings: dict[str, str]) -> str:
     return _dump(docs)
 
 
+def _namespace(settings: dict[str, str]) -> str:
+    return str(settings.get("TOOLFLEET_NAMESPACE", Settings.model_fields["namespace"].default))
+
+
 def _scaled_objects(plans: list[Plan], settings: dict[str, str]) -> str:
-    namespace = settings.get("TOOLFLEET_NAMESPACE", Settings.model_fields["namespace"].default)
-    return _dump([_scaled_object(p, namespace) for p in plans])
+    return _dump([_scaled_object(p, _namespace(settings)) for p in plans])
+
+
+def _cluster_scaled_objects(plans: list[Plan], settings: dict[str, str]) -> str:
+    return _dump([_scaled_object(p, _namespace(settings), cluster=True) for p in plans])
 
 
 def _hpas(plans: list[Plan], settings: dict[str, str]) -> str:
@@ -560,6 +576,7 @@ OUTPUTS: dict[str, Callable[[list[Plan], dict[str, str]], str]] = {
     "base/monitoring.yaml": _monitoring,
     "base/workers.yaml": _workers,
     "components/keda/scaledobjects.yaml": _scaled_objects,
+    "components/keda-redis-cluster/scaledobjects.yaml": _cluster_scaled_objects,
     "components/hpa-cpu/hpas.yaml": _hpas,
 }
 

@@ -42,6 +42,7 @@ from toolfleet.shared.naming import (
     workers_key,
 )
 from toolfleet.shared.pipelines import pipeline
+from toolfleet.shared.text import as_text
 
 __all__ = ["AsyncCatalogReader", "Catalog", "CatalogReader", "read_entries"]
 
@@ -318,7 +319,7 @@ def _entries(raw: dict[Any, Any]) -> dict[str, dict[str, Any]]:
         except codec.DecodeError:
             continue
         if isinstance(entry, dict):
-            entries[name.decode() if isinstance(name, bytes) else str(name)] = entry
+            entries[as_text(name)] = entry
     return entries
 
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from toolfleet.shared.manifest import Availability
 from toolfleet.shared.naming import DEFAULT_GROUP, extension_switch, function_name, tool_identity
 from toolfleet.shared.nearest import did_you_mean
+from toolfleet.shared.text import as_text
 from toolfleet.shared.wire import Status
 
 __all__ = [
@@ -127,10 +128,7 @@ class Refusal:
 
 def switch_states(raw: Mapping[Any, Any]) -> dict[str, bool]:
     """The ``<ns>:switches`` hash as read (bytes or str) -> switch name -> on."""
-    return {
-        (k.decode() if isinstance(k, bytes) else str(k)): v in (b"on", "on", b"1", "1")
-        for k, v in raw.items()
-    }
+    return {as_text(k): v in (b"on", "on", b"1", "1") for k, v in raw.items()}
 
 
 def governing_switches(entry: CatalogEntry) -> dict[str, bool]:

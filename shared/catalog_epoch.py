@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from toolfleet.shared import scripts
+from toolfleet.shared.text import as_text
 
 __all__ = ["REPUBLISH_SCRIPT", "WINDOW_MARK", "recovering_functions"]
 
@@ -48,7 +49,7 @@ def recovering_functions(members: Iterable[bytes | str]) -> frozenset[str] | Non
     Args:
         members: ``SMEMBERS`` of ``<ns>:catalog:recovering`` as read.
     """
-    names = {m.decode() if isinstance(m, bytes) else str(m) for m in members}
+    names = {as_text(m) for m in members}
     if WINDOW_MARK not in names:
         return None
     return frozenset(names - {WINDOW_MARK})

@@ -50,6 +50,7 @@ from toolfleet.shared import scripts
 from toolfleet.shared.catalog import Refusal
 from toolfleet.shared.naming import tool_identity
 from toolfleet.shared.status import Status
+from toolfleet.shared.text import as_text
 
 __all__ = [
     "CHANGED_SINCE_LISTED",
@@ -90,10 +91,7 @@ def schema_hash(description: str | None, parameters: Any) -> str:
 
 def beats_of(reply: Sequence[Any]) -> dict[str, float]:
     """``ZRANGE <ns>:catalog:live 0 -1 WITHSCORES`` as redis-py returns it -> name -> beat."""
-    return {
-        (name.decode() if isinstance(name, bytes) else str(name)): float(score)
-        for name, score in reply
-    }
+    return {as_text(name): float(score) for name, score in reply}
 
 
 _E = TypeVar("_E")

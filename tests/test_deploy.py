@@ -29,7 +29,7 @@ import pytest
 
 from conftest import unavailable
 from toolfleet.shared.extension import Extension
-from toolfleet.shared.naming import queue_msgs_key
+from toolfleet.shared.naming import group_namespace, queue_msgs_key
 from toolfleet.shared.settings import Settings
 from toolfleet.worker.cli.main import cli
 from toolfleet.worker.registry.loader import load_all
@@ -38,8 +38,12 @@ ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
 DATA = Path(__file__).resolve().parent / "deploy_data"
-OVERLAYS = ("dev", "prod", "prod-hpa")
-KEDA_OVERLAYS = ("dev", "prod")
+OVERLAYS = ("dev", "prod", "prod-hpa", "cluster")
+KEDA_OVERLAYS = ("dev", "prod", "cluster")
+#: Overlays whose KEDA triggers read a plain Redis (``redis``), not a cluster.
+PLAIN_KEDA_OVERLAYS = ("dev", "prod")
+#: The overlay for a Redis Cluster (``redis-cluster`` triggers in each group's slot).
+CLUSTER_OVERLAY = "cluster"
 #: Kubernetes versions the core kinds must validate against (oldest supported, newest known).
 K8S_VERSIONS = ("1.29.0", "latest")
 CRD_SCHEMAS = {
@@ -174,11 +178,13 @@ def _consumed(argv: list[str]) -> tuple[set[str], tuple[Extension, ...]]:
 
 
 def _longest_time_limit_s(extensions: tuple[Extension, ...], queues: set[str]) -> float:
-    return max(
-        spec.timeout_s or e.timeout_s
-        for e in extensions
-        if e.queue_name in queues
-        for spec in e.validate()
+    return float(
+        max(
+            spec.timeout_s or e.timeout_s
+            for e in extensions
+            if e.queue_name in queues
+            for spec in e.validate()
+        )
     )
 
 
@@ -352,7 +358,7 @@ def test_crd_schemas_reject_what_keda_rejects() -> None:
 # --- Kubernetes: what no schema checks -------------------------------------------------
 
 
-@pytest.mark.parametrize("overlay", KEDA_OVERLAYS)
+@pytest.mark.parametrize("overlay", PLAIN_KEDA_OVERLAYS)
 def test_every_keda_list_name_is_a_queue_the_workers_consume(overlay: str) -> None:
     """Each ScaledObject watches exactly <namespace>:<queue>.msgs of its Deployment's queues."""
     docs = _rendered(overlay)
@@ -374,6 +380,87 @@ def test_every_keda_list_name_is_a_queue_the_workers_consume(overlay: str) -> No
             assert trigger["authenticationRef"]["name"] in auths
         watched = sorted(t["metadata"]["listName"] for t in triggers)
         assert watched == sorted(queue_msgs_key(namespace, q) for q in queues)
+
+
+#: Where docs/cluster.md states the key KEDA watches on a cluster, e.g.
+#: ``<ns>:{g.<group>}:<queue>.msgs``.
+_DOCUMENTED_KEDA_KEY = re.compile(
+    r"KEDA watches `(?P<template><ns>:[^`]*<group>[^`]*<queue>[^`]*)`"
+)
+
+
+def _documented_keda_key(namespace: str, group: str, queue: str) -> str:
+    """The key docs/cluster.md says KEDA watches for ``queue`` of ``group``, filled in here."""
+    found = _DOCUMENTED_KEDA_KEY.search((ROOT / "docs" / "cluster.md").read_text())
+    assert found, "docs/cluster.md no longer says which key KEDA watches on a cluster"
+    template = found.group("template")
+    return template.replace("<ns>", namespace).replace("<group>", group).replace("<queue>", queue)
+
+
+def _cluster_docs() -> list[dict[str, Any]]:
+    """The cluster overlay as `kubectl kustomize` renders it; without kubectl (locally), the
+    generated worker and ScaledObject files it is made of (test_generated_manifests_match_the_code
+    keeps those current)."""
+    local = Path(sys.executable).parent / "kubectl"
+    if local.is_file() or shutil.which("kubectl") or os.environ.get("CI") == "true":
+        return _rendered(CLUSTER_OVERLAY)
+    files = [K8S / "base" / "workers.yaml", K8S / "components" / "keda-redis-cluster" /
+             "scaledobjects.yaml", K8S / "components" / "keda-redis-cluster" /
+             "triggerauthentication.yaml", K8S / "base" / "settings.env"]  # fmt: skip
+    docs = [d for f in files[:3] for d in _yaml().safe_load_all(f.read_text()) if d]
+    settings = _generate().read_settings_env(files[3])
+    return [*docs, {"kind": "ConfigMap", "metadata": {"name": "toolfleet-settings"},
+                    "data": settings}]  # fmt: skip
+
+
+def test_cluster_keda_watches_each_groups_queue_key_in_its_slot() -> None:
+    """On the cluster overlay every ScaledObject has one `redis-cluster` trigger per queue its
+    Deployment consumes, watching <ns>:{g.<group>}:<queue>.msgs (the layout docs/cluster.md
+    gives, filled in here), whose hash slot is the group's; its TriggerAuthentication names
+    the cluster's addresses."""
+    from redis.crc import key_slot
+
+    docs = _cluster_docs()
+    namespace = _settings(docs).get("TOOLFLEET_NAMESPACE", _default("namespace"))
+    deployments = {d["metadata"]["name"]: d for d in _workers(docs)}
+    auths = {d["metadata"]["name"]: d for d in _of_kind(docs, "TriggerAuthentication")}
+    scaled = _of_kind(docs, "ScaledObject")
+    assert {s["spec"]["scaleTargetRef"]["name"] for s in scaled} == set(deployments)
+    groups_seen = set()
+    for so in scaled:
+        target = deployments[so["spec"]["scaleTargetRef"]["name"]]
+        argv = _container(target)["args"]
+        (group,) = _option_values(argv, "--queue-group")
+        assert group == target["spec"]["template"]["metadata"]["labels"]["toolfleet/queue-group"]
+        groups_seen.add(group)
+        queues, _ = _consumed(argv)
+        triggers = so["spec"]["triggers"]
+        assert {t["type"] for t in triggers} == {"redis-cluster"}
+        expected = sorted(_documented_keda_key(namespace, group, q) for q in queues)
+        assert sorted(t["metadata"]["listName"] for t in triggers) == expected
+        assert expected[0].startswith(f"{namespace}:{{g.{group}}}:"), expected
+        # the key a worker of the group has Dramatiq write: <its Dramatiq namespace>:<queue>.msgs
+        prefix = group_namespace(namespace, group, cluster=True)
+        assert expected == sorted(queue_msgs_key(prefix, q) for q in queues)
+        for trigger in triggers:
+            assert key_slot(trigger["metadata"]["listName"].encode()) == key_slot(
+                f"g.{group}".encode()
+            )
+            assert all(isinstance(v, str) for v in trigger["metadata"].values()), trigger
+            auth = auths[trigger["authenticationRef"]["name"]]
+            params = {r["parameter"] for r in auth["spec"]["secretTargetRef"]}
+            assert "addresses" in params and "address" not in params, params
+    assert groups_seen == {g.name for g in _generate().read_groups()}
+    assert len({key_slot(f"g.{g}".encode()) for g in groups_seen}) == len(groups_seen)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_worker_deployment_names_its_queue_group(overlay: str) -> None:
+    """Each worker Deployment passes `--queue-group` with the group it is labelled with."""
+    for deployment in _workers(_rendered(overlay)):
+        argv = _container(deployment)["args"]
+        label = deployment["spec"]["template"]["metadata"]["labels"]["toolfleet/queue-group"]
+        assert _option_values(argv, "--queue-group") == [label]
 
 
 @pytest.mark.parametrize("overlay", KEDA_OVERLAYS)

@@ -25,10 +25,12 @@ _PRODUCER = textwrap.dedent(
     """
     import json, sys, time
     from toolfleet.producer import ToolClient, metrics
-    url, ns, account, count, seconds, start = sys.argv[1:7]
+    url, ns, account, count, seconds = sys.argv[1:6]
     with ToolClient(url, namespace=ns) as client:
         client.tools()
-        time.sleep(max(0.0, float(start) - time.time()))
+        print("ready", flush=True)
+        start = float(sys.stdin.readline())
+        time.sleep(max(0.0, start - time.time()))
         futures = [
             client.submit("ext_fleet_test_sleep", {"seconds": float(seconds)},
                           context={"account": account}, timeout_s=20)
@@ -40,15 +42,23 @@ _PRODUCER = textwrap.dedent(
 
 
 def _both_producers(fleet: Fleet, account: str, count: int, seconds: float) -> list[dict[str, Any]]:
-    """Results of ``count`` calls from this process and ``count`` from another, at once."""
-    start = time.time() + 2.0
+    """Results of ``count`` calls from this process and ``count`` from another, at once.
+
+    The other process says when its client is ready (imports and the catalog read take
+    seconds on a loaded machine); only then is the common start time set, 0.3 s ahead.
+    """
     other = subprocess.Popen(
         [sys.executable, "-c", _PRODUCER, fleet.redis_url, fleet.namespace, account,
-         str(count), str(seconds), str(start)],
-        stdout=subprocess.PIPE,
+         str(count), str(seconds)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
+    assert other.stdin is not None and other.stdout is not None
     with ToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
         client.tools()
+        assert other.stdout.readline().strip() == "ready"
+        start = time.time() + 0.3
+        other.stdin.write(f"{start}\n")
+        other.stdin.flush()
         time.sleep(max(0.0, start - time.time()))
         futures = [
             client.submit(SLEEP, {"seconds": seconds}, context={"account": account}, timeout_s=20)

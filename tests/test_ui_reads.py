@@ -59,23 +59,26 @@ def test_a_refresh_costs_the_same_commands_after_10_and_after_2000_calls(
     """The commands of one snapshot do not grow with the calls the fleet ran."""
     client = redis.Redis.from_url(counted_fleet.redis_url)
     ns = counted_fleet.namespace
+    # Each refresh is counted with no client open: a client's reply listener sends its
+    # BLPOP on its own schedule, and the fleet is frozen, so only the ui's reads count.
     with ToolClient(counted_fleet.redis_url, namespace=ns) as calls:
         assert all(calls.call(ECHO, {"text": "x"}).ok for _ in range(10))
-        asyncio.run(asyncio.sleep(1.5))  # a heartbeat adds them to the aggregates
-        pids = _frozen(counted_fleet)
-        try:
-            after_10 = _one_refresh(client, ns)
-        finally:
-            _thaw(pids)
+    asyncio.run(asyncio.sleep(1.5))  # a heartbeat adds them to the aggregates
+    pids = _frozen(counted_fleet)
+    try:
+        after_10 = _one_refresh(client, ns)
+    finally:
+        _thaw(pids)
+    with ToolClient(counted_fleet.redis_url, namespace=ns) as calls:
         futures = [calls.submit(ECHO, {"text": "y"}) for _ in range(2000)]
         assert all(f.result(timeout=120).ok for f in futures)
-        asyncio.run(asyncio.sleep(1.5))
-        pids = _frozen(counted_fleet)
-        try:
-            after_2010 = _one_refresh(client, ns)
-            snapshot = read_snapshot(client, ns, worker_ttl_s=3600)
-        finally:
-            _thaw(pids)
+    asyncio.run(asyncio.sleep(1.5))
+    pids = _frozen(counted_fleet)
+    try:
+        after_2010 = _one_refresh(client, ns)
+        snapshot = read_snapshot(client, ns, worker_ttl_s=3600)
+    finally:
+        _thaw(pids)
     assert snapshot.tool(ECHO) is not None and snapshot.tool(ECHO).total == 2010  # type: ignore[union-attr]
     assert after_10 == after_2010
     print("commands per refresh:", sum(after_10.values()), sorted(after_10.items()))

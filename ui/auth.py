@@ -33,6 +33,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 
+from toolfleet.shared.tokens import find_by_token
+
 __all__ = [
     "SESSION_COOKIE",
     "AuthCallback",
@@ -132,12 +134,7 @@ class Sessions:
 
     def role_of_token(self, token: str) -> Role | None:
         """The role of a presented token (compared by SHA-256, in constant time)."""
-        digest = hashlib.sha256(token.encode()).hexdigest()
-        found = None
-        for known, role in self._tokens.items():
-            if hmac.compare_digest(known, digest):
-                found = role
-        return found
+        return find_by_token(self._tokens, token)
 
     def _sign(self, payload: str) -> str:
         mac = hmac.new(self._secret, payload.encode(), hashlib.sha256).digest()

@@ -42,6 +42,7 @@ from toolfleet.shared.naming import (
 from toolfleet.shared.tenancy.breakers import breaker_key
 from toolfleet.shared.tenancy.lanes import lane_keys, uses_lanes
 from toolfleet.shared.tenancy.quotas import Quota, limits_key
+from toolfleet.shared.text import as_text
 from toolfleet.shared.worker_info import WorkerInfo, parse_worker_infos
 from toolfleet.ui.activity import Activity, ToolActivity, read_activity
 from toolfleet.ui.dead_letters import DeadLetter, parse_dead_letter
@@ -252,7 +253,7 @@ def read_snapshot(
         queues=tuple(queue_states),
         workers=workers,
         catalog=tuple(catalog),
-        switches={_text(k): _text(v) for k, v in raw_switches.items()},
+        switches={as_text(k): as_text(v) for k, v in raw_switches.items()},
         declared_switches=_declared(catalog),
         quotas=_quotas(raw_limits),
         breakers=tuple(breakers),
@@ -291,7 +292,7 @@ def _queues(
                 live_workers=int(live),
             )
         )
-        dead_ids.append((queue, [_text(x) for x in ids]))
+        dead_ids.append((queue, [as_text(x) for x in ids]))
     return states, dead_ids
 
 
@@ -353,11 +354,7 @@ def _quotas(raw: dict[bytes, bytes]) -> dict[str, Quota]:
     found = {}
     for scope, data in sorted(raw.items()):
         try:
-            found[_text(scope)] = Quota.model_validate_json(data)
+            found[as_text(scope)] = Quota.model_validate_json(data)
         except ValueError:
             continue
     return found
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

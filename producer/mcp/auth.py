@@ -17,8 +17,6 @@ tokens (so the file itself holds no secret), each with its account::
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +25,7 @@ from typing import Any
 from mcp.server.auth.provider import AccessToken
 
 from toolfleet.shared.errors import ConfigurationError
+from toolfleet.shared.tokens import find_by_token, is_digest, token_digest
 
 __all__ = ["ACCOUNT_CLAIM", "Caller", "StaticTokenVerifier", "caller_of", "token_digest"]
 
@@ -64,11 +63,6 @@ def caller_of(token: AccessToken | None, default: Caller) -> Caller:
     )
 
 
-def token_digest(token: str) -> str:
-    """The hex SHA-256 of a token, as :class:`StaticTokenVerifier` files hold it."""
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
-
-
 class StaticTokenVerifier:
     """A :class:`~mcp.server.auth.provider.TokenVerifier` over a fixed set of token digests.
 
@@ -81,7 +75,7 @@ class StaticTokenVerifier:
 
     def __init__(self, tokens: dict[str, tuple[str, str | None]]) -> None:
         for digest in tokens:
-            if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            if not is_digest(digest):
                 raise ConfigurationError(f"not a hex SHA-256 digest: {digest[:12]}...")
         self._tokens = dict(tokens)
 
@@ -111,14 +105,14 @@ class StaticTokenVerifier:
 
     async def verify_token(self, token: str) -> AccessToken | None:
         """The access token of a known token (account in its claims), else ``None``."""
-        digest = token_digest(token)
-        for known, (account, user) in self._tokens.items():
-            if hmac.compare_digest(known, digest):
-                return AccessToken(
-                    token="",  # never kept: nothing downstream needs the secret itself
-                    client_id=user or account,
-                    scopes=[],
-                    subject=user,
-                    claims={ACCOUNT_CLAIM: account},
-                )
-        return None
+        found = find_by_token(self._tokens, token)
+        if found is None:
+            return None
+        account, user = found
+        return AccessToken(
+            token="",  # never kept: nothing downstream needs the secret itself
+            client_id=user or account,
+            scopes=[],
+            subject=user,
+            claims={ACCOUNT_CLAIM: account},
+        )

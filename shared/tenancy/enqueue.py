@@ -31,6 +31,7 @@ from toolfleet.shared.settings import Settings
 from toolfleet.shared.tenancy.breakers import breaker_key, unavailable_content
 from toolfleet.shared.tenancy.lanes import TOKEN, lane_key, lanes_active_key, shard_for, uses_lanes
 from toolfleet.shared.tenancy.quotas import limits_key, over_quota_content, quota_scopes
+from toolfleet.shared.text import as_text
 from toolfleet.shared.wire import Status, ToolCallRequest, ToolCallResult
 
 __all__ = ["ENQUEUE_SCRIPT", "QuotaDefaults", "Refused", "enqueue_call", "recheck", "refused"]
@@ -183,21 +184,21 @@ def recheck(
             (:func:`enqueue_call`).
         reply: what that run returned.
     """
-    if not isinstance(reply, list) or not reply or _text(reply[0]) != "check":
+    if not isinstance(reply, list) or not reply or as_text(reply[0]) != "check":
         return None
-    ids = [_text(member) for member in reply[1:]]
+    ids = [as_text(member) for member in reply[1:]]
     keys, args = call
     return [*keys, *(outcome_key(namespace, i) for i in ids)], [*args, *ids]
 
 
 def refused(reply: Any) -> Refused | Duplicate | None:
     """What :data:`ENQUEUE_SCRIPT` answered: a refusal, a duplicate, ``None`` (enqueued)."""
-    if isinstance(reply, list) and len(reply) == 2 and _text(reply[0]) in ("duplicate", "misuse"):
-        kind, first = (_text(part) for part in reply)
+    if isinstance(reply, list) and len(reply) == 2 and as_text(reply[0]) in ("duplicate", "misuse"):
+        kind, first = (as_text(part) for part in reply)
         return Duplicate(first, misuse=kind == "misuse")
-    if not isinstance(reply, list) or len(reply) != 4 or _text(reply[0]) == "check":
+    if not isinstance(reply, list) or len(reply) != 4 or as_text(reply[0]) == "check":
         return None
-    reason, scope, limit, wait_ms = (_text(part) for part in reply)
+    reason, scope, limit, wait_ms = (as_text(part) for part in reply)
     retry_after = max(math.ceil(float(wait_ms)) / 1000, 0.001)
     if reason == "breaker":
         return Refused("the tool's circuit breaker is open", retry_after, "breaker")
@@ -208,7 +209,3 @@ def refused(reply: Any) -> Refused | Duplicate | None:
     else:
         what = f"{who} is over its limit of {float(limit):g} calls per second"
     return Refused(what, retry_after, reason)
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -53,6 +53,7 @@ from toolfleet.shared.naming import (
     queue_msgs_key,
 )
 from toolfleet.shared.tenancy.lanes import TOKEN, lane_keys, lanes_active_key
+from toolfleet.shared.text import as_text
 from toolfleet.worker.messaging.middleware import FleetMiddleware
 from toolfleet.worker.pipeline.ledger import InlineAck
 from toolfleet.worker.supervision.redis_factory import redis_client
@@ -353,7 +354,7 @@ class FleetRedisBroker(RedisBroker):
         flat = self._fetch_script(keys, [count])
         pairs = []
         for i in range(0, len(flat), 2):
-            redis_id = flat[i].decode() if isinstance(flat[i], bytes) else str(flat[i])
+            redis_id = as_text(flat[i])
             pairs.append((redis_id, flat[i + 1]))
         return pairs
 

@@ -39,6 +39,7 @@ from toolfleet.shared.naming import (
     queue_msgs_key,
     workers_key,
 )
+from toolfleet.shared.text import as_text
 from toolfleet.worker.pipeline.ledger import InFlight
 
 __all__ = ["forget_calls", "recover_dead_worker"]
@@ -102,12 +103,12 @@ def recover_dead_worker(client: redis.Redis, namespace: str, worker_id: str) -> 
         client.zrem(key, worker_id)
     if broker_id is None:
         return 0
-    dead = broker_id.decode() if isinstance(broker_id, bytes) else str(broker_id)
+    dead = as_text(broker_id)
     requeue = client.register_script(_REQUEUE_AT_HEAD)
     prefix = acks_key(namespace, dead, "")
     moved = 0
     for key in list(client.scan_iter(match=f"{prefix}*", count=1000)):
-        queue = (key.decode() if isinstance(key, bytes) else str(key))[len(prefix) :]
+        queue = as_text(key)[len(prefix) :]
         keys = [key, queue_key(namespace, queue), queue_msgs_key(namespace, queue)]
         moved += int(requeue(keys=keys))
     client.zrem(broker_heartbeats_key(namespace), dead)

@@ -32,6 +32,7 @@ from toolfleet.shared.naming import (
     workers_key,
 )
 from toolfleet.shared.pipelines import pipeline
+from toolfleet.shared.text import as_text
 from toolfleet.worker.messaging.maintenance import run_maintenance
 
 __all__ = ["SlotJanitor"]
@@ -81,7 +82,7 @@ class SlotJanitor:
         mine = set(self.routes.values())
         moved = 0
         for raw_slot, raw_queue in registry.items():
-            slot, queue = _text(raw_slot), _text(raw_queue)
+            slot, queue = as_text(raw_slot), as_text(raw_queue)
             if slot in mine or self._alive(slot):
                 continue
             lock = slot_lock_key(self.namespace, slot)
@@ -103,7 +104,7 @@ class SlotJanitor:
         ids = self.client.lrange(queue_key(ns, slot), 0, MOVE_BATCH - 1)
         pipe = pipeline(self.client)
         for raw_id in ids:
-            message_id = _text(raw_id)
+            message_id = as_text(raw_id)
             body = self.client.hget(queue_msgs_key(ns, slot), message_id)
             pipe.lrem(queue_key(ns, slot), 0, message_id)
             pipe.hdel(queue_msgs_key(ns, slot), message_id)
@@ -126,7 +127,3 @@ class SlotJanitor:
         if ids:
             log.info("slot queue %s is gone: %d calls handed back to %s", slot, len(ids), queue)
         return len(ids)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

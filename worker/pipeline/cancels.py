@@ -8,6 +8,7 @@ import threading
 import redis
 
 from toolfleet.shared.naming import cancel_channel
+from toolfleet.shared.text import as_text
 from toolfleet.worker.pipeline.calls import CallPipeline
 from toolfleet.worker.supervision.redis_factory import redis_client
 
@@ -53,7 +54,7 @@ class CancelListener:
                     message = pubsub.get_message(timeout=1.0)
                     if message and message.get("type") == "message":
                         data = message["data"]
-                        call_id = data.decode() if isinstance(data, bytes) else str(data)
+                        call_id = as_text(data)
                         if self.pipeline.cancel(call_id):
                             log.info("canceled running call %s", call_id)
                 pubsub.close()

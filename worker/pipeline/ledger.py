@@ -60,6 +60,7 @@ from toolfleet.shared.naming import (
     workers_key,
 )
 from toolfleet.shared.pipelines import on_one_connection, pipeline
+from toolfleet.shared.text import as_text
 from toolfleet.shared.wire import ReplyEnvelope, ToolCallRequest, ToolCallResult, ToolEvent
 from toolfleet.worker.pipeline.replies import push_reply
 
@@ -405,7 +406,7 @@ class Ledger:
         if state == 1:
             return Claim(acquired=True, cancel=cancel, switches=switches,
                          replicas_wanted=wanted, replicas_acked=acked)  # fmt: skip
-        held = value.decode() if isinstance(value, bytes) else str(value)
+        held = as_text(value)
         if held == token:  # this delivery's own claim: a retry of a script whose reply was lost
             return Claim(acquired=True, cancel=cancel, switches=switches,
                          replicas_wanted=wanted, replicas_acked=acked)  # fmt: skip

@@ -41,6 +41,7 @@ from toolfleet.shared.naming import (
     workers_key,
 )
 from toolfleet.shared.pipelines import pipeline
+from toolfleet.shared.text import as_text
 from toolfleet.shared.worker_info import WorkerInfo, parse_worker_infos, stale_ids
 from toolfleet.worker.messaging.maintenance import run_maintenance
 from toolfleet.worker.messaging.slots import SlotJanitor
@@ -149,10 +150,10 @@ class CatalogPublisher:
             pipe.hdel(catalog_key(self.namespace), *gone)
         pipe.hkeys(catalog_key(self.namespace))
         replies = pipe.execute()
-        self._epoch = _text(replies[0])
-        self._remembered = sorted(_text(name) for name in replies[-1])
-        pairs = [_text(v) for v in replies[1][0]]
-        self.registry.listed = frozenset(_text(v) for v in replies[1][2])
+        self._epoch = as_text(replies[0])
+        self._remembered = sorted(as_text(name) for name in replies[-1])
+        pairs = [as_text(v) for v in replies[1][0]]
+        self.registry.listed = frozenset(as_text(v) for v in replies[1][2])
         self._note_contested(dict(zip(pairs[::2], pairs[1::2], strict=True)), served)
         self._beat(now)
         self.registry.switches.refresh(self.client)
@@ -342,7 +343,3 @@ def _version() -> str:
         return version("toolfleet")
     except PackageNotFoundError:
         return ""
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -16,6 +16,7 @@ import redis
 
 from toolfleet.shared import scripts
 from toolfleet.shared.tenancy.breakers import BreakerPolicy, breaker_key
+from toolfleet.shared.text import as_text
 
 __all__ = ["Breakers"]
 
@@ -57,7 +58,7 @@ class Breakers:
             keys=[breaker_key(self.namespace, function)],
             args=[call_id, int(now * 1000), int((now + lease_s) * 1000)],
         )
-        if (verdict.decode() if isinstance(verdict, bytes) else verdict) == "open":
+        if as_text(verdict) == "open":
             return max(int(wait_ms), 1) / 1000
         return None
 
@@ -78,7 +79,7 @@ class Breakers:
                 int(policy.cooldown_s * 1000),
             ],
         )
-        state = changed.decode() if isinstance(changed, bytes) else str(changed or "")
+        state = as_text(changed or "")
         if state:
             log.warning("breaker of %s is now %s", function, state)
         return state
