@@ -288,7 +288,11 @@ class Completer:
             self._cond.notify_all()
 
     def _write(self, batch: list[_Waiting]) -> None:
-        """Write ``batch``, retrying while Redis is unreachable, each call until its deadline."""
+        """Write ``batch``, retrying while Redis is unreachable, each call until its deadline.
+
+        ``batch`` is changed in place: calls settled leave it, and at each retry the calls
+        that finished meanwhile join it (so they too leave it at their own deadline).
+        """
         attempt = 0
         while batch:
             try:
@@ -306,7 +310,7 @@ class Completer:
                 for item in late:
                     item.error = exc
                 self._settle(late)
-                batch = [item for item in batch if not item.done]
+                batch[:] = [item for item in batch if not item.done]
                 if attempt == 0 and batch:
                     log.warning(
                         "answer of %d calls (%s first): %s; retrying until their deadlines",
@@ -314,13 +318,17 @@ class Completer:
                     )  # fmt: skip
                 if batch:
                     time.sleep(delay)
+                    with self._cond:
+                        room = self.max_batch - len(batch)
+                        batch += self._pending[:room]
+                        del self._pending[:room]
                 attempt += 1
             except redis.RedisError as exc:
                 if len(batch) == 1:
                     batch[0].error = exc
                     self._settle(batch)
                     return
-                for item in batch:  # each alone: an error stays the call's that caused it
+                for item in list(batch):  # each alone: an error stays the call's that caused it
                     self._write([item])
                 return
             else:
