@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -122,12 +123,13 @@ def main(argv: list[str] | None = None) -> None:
             idle_rate = idle_ir / (time.monotonic() - started)
             started = time.monotonic()
             futures = [client.submit(ECHO, {"text": "b"}, timeout_s=900) for _ in range(args.burst)]
-            assert all(future.result(timeout=960).ok for future in futures)
+            statuses = Counter(future.result(timeout=960).status.value for future in futures)
             burst_ir = _dump(folder, pid)
             burst_s = time.monotonic() - started
         net = burst_ir - idle_rate * burst_s
         print(json.dumps({
             "calls": args.burst,
+            "statuses": dict(statuses),
             "burst_wall_s": round(burst_s, 1),
             "idle_ir_per_s": round(idle_rate),
             "burst_ir": burst_ir,
