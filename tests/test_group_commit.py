@@ -101,9 +101,10 @@ def test_a_burst_of_2000_calls_is_answered_once_each_with_fewer_finish_scripts_t
             assert {got[0].status for got in replies.values()} == {Status.OK}
             assert r.hlen(f"{ns}:{RECOVERY_QUEUE}.msgs") == 0, "a message stayed unacknowledged"
             scripts = counts.get("hdel", 0) - counts.get("srem", 0)
+            evalsha, commands = counts.get("evalsha", 0), sum(counts.values())
             print(f"\n{total} calls: {scripts} finish scripts "
                   f"({total / max(scripts, 1):.2f} calls per script), "
-                  f"{counts.get('evalsha', 0)} EVALSHA")  # fmt: skip
+                  f"{evalsha} EVALSHA, {commands} commands")  # fmt: skip
             assert counts.get("srem", 0) >= total  # every call acknowledged in its script
             assert 0 < scripts < total, counts
         finally:
