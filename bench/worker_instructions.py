@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--burst", type=int, default=500)
     parser.add_argument("--idle", type=float, default=10.0)
+    parser.add_argument("--heartbeat-s", type=float, default=5.0, help="less idle work")
     args = parser.parse_args(argv)
     procs = Procs()
     server = PrivateRedis(procs).start()
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
         "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])),
         "TOOLFLEET_REDIS_URL": server.url,
         "TOOLFLEET_NAMESPACE": namespace,
-        "TOOLFLEET_HEARTBEAT_INTERVAL_S": "0.5",
+        "TOOLFLEET_HEARTBEAT_INTERVAL_S": str(args.heartbeat_s),
         "TOOLFLEET_WORKER_TTL_S": "30",
         "TOOLFLEET_HEALTH_DIR": str(folder / "health"),
         "TOOLFLEET_METRICS_PORT": "0",
