@@ -182,3 +182,33 @@ def test_a_redis_restart_during_a_batch_write_loses_no_call(tmp_path: Path) -> N
         finally:
             r.close()
             fleet.stop()
+
+
+def test_a_call_whose_reply_list_is_not_a_list_fails_alone_in_its_batch() -> None:
+    """Three calls in one finish script, the middle one's reply key a string: that call gets
+    its WRONGTYPE error; the other two are recorded and answered as if alone."""
+    from toolfleet.shared.naming import outcome_key
+    from toolfleet.worker.pipeline.completer import Outcome, Posted, post_outcomes
+
+    with EmbeddedRedis() as server:
+        r = redis.Redis.from_url(server.url)
+        ns = "tfwrongtype"
+        ids = [new_call_id() for _ in range(3)]
+        replies = [f"{ns}:reply:a", f"{ns}:reply:taken", f"{ns}:reply:a"]
+        r.set(replies[1], "not a list")
+        outcomes = [
+            Outcome(call_id, reply_to, f"envelope {i}".encode(), 60, 60, [b"{}"])
+            for i, (call_id, reply_to) in enumerate(zip(ids, replies, strict=True))
+        ]
+        posted = post_outcomes(r, ns, "w:1", outcomes)
+        assert posted[0] == Posted.POSTED and posted[2] == Posted.POSTED
+        assert isinstance(posted[1], redis.ResponseError) and "WRONGTYPE" in str(posted[1])
+        assert r.lrange(replies[0], 0, -1) == [b"envelope 0", b"envelope 2"]
+        assert 0 < r.ttl(replies[0]) <= 60
+        assert r.get(replies[1]) == b"not a list"
+        assert [r.get(outcome_key(ns, call_id)) for call_id in ids] == [
+            b"envelope 0",
+            b"envelope 1",
+            b"envelope 2",
+        ]
+        r.close()

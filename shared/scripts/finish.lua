@@ -12,7 +12,9 @@
 -- posted, unless a cancel marker other than REQUESTED says the producer resolved the call.
 -- Replies to one list go in one RPUSH, in call order, and one EXPIRE (the longest ttl).
 -- Returns N results, one per call in order: 0 when an outcome existed (nothing written),
--- 1 when recorded and posted, 2 when recorded but not posted.
+-- 1 when recorded and posted, 2 when recorded but not posted, or the error of the call's
+-- own cancel marker or reply list (a key of another type): that call's alone, the other
+-- calls are written all the same.
 local n = tonumber(ARGV[2])
 local results, ids, lists, order = {}, {}, {}, {}
 local k, a = 3, 3
@@ -29,18 +31,21 @@ for c = 1, n do
         for i = a + 6, a + 5 + events do
             redis.call("xadd", KEYS[2], "MAXLEN", "~", ARGV[1], "*", "event", ARGV[i])
         end
-        local cancel = redis.call("get", KEYS[k + 2])
-        if cancel and cancel ~= "${REQUESTED}" then
+        local cancel = redis.pcall("get", KEYS[k + 2])
+        if type(cancel) == "table" and cancel.err then
+            result = cancel
+        elseif cancel and cancel ~= "${REQUESTED}" then
             result = 2
         else
             result = 1
             local list = lists[KEYS[k + 1]]
             if not list then
-                list = {key = k + 1, ttl = 0}
+                list = {key = k + 1, ttl = 0, calls = {}}
                 lists[KEYS[k + 1]] = list
                 order[#order + 1] = list
             end
             list[#list + 1] = ARGV[a]
+            list.calls[#list.calls + 1] = c
             list.ttl = math.max(list.ttl, tonumber(ARGV[a + 2]))
         end
     end
@@ -50,7 +55,11 @@ for c = 1, n do
 end
 if n > 0 then redis.call("hdel", KEYS[1], unpack(ids)) end
 for _, list in ipairs(order) do
-    redis.call("rpush", KEYS[list.key], unpack(list))
-    redis.call("expire", KEYS[list.key], list.ttl)
+    local pushed = redis.pcall("rpush", KEYS[list.key], unpack(list))
+    if type(pushed) == "table" and pushed.err then
+        for _, c in ipairs(list.calls) do results[c] = pushed end
+    else
+        redis.call("expire", KEYS[list.key], list.ttl)
+    end
 end
 return results

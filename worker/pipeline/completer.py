@@ -115,7 +115,7 @@ def post_outcomes(
     worker_id: str,
     outcomes: Sequence[Outcome],
     events_maxlen: int = 100_000,
-) -> list[int]:
+) -> list[int | redis.ResponseError]:
     """Record each call's outcome and post its reply, unless it was answered already.
 
     One atomic script for all of ``outcomes``; each call is written as if alone (see
@@ -130,7 +130,9 @@ def post_outcomes(
         events_maxlen: the events stream is capped at about this many entries.
 
     Returns:
-        One :class:`Posted` value per call, in order.
+        One :class:`Posted` value per call, in order, or the :class:`redis.ResponseError`
+        of a call whose own cancel marker or reply list is a key of another type (the
+        other calls are written all the same).
 
     Raises:
         redis.RedisError: Redis failed (some calls of the batch may have been written:
@@ -156,7 +158,10 @@ def post_outcomes(
             len(outcome.events),
             *outcome.events,
         ]
-    posted = [int(value) for value in _FINISH_SCRIPT(keys, argv, client=client)]
+    posted = [
+        value if isinstance(value, redis.ResponseError) else int(value)
+        for value in _FINISH_SCRIPT(keys, argv, client=client)
+    ]
     for outcome in outcomes:
         if outcome.ack is not None:
             outcome.ack.done = True
@@ -201,7 +206,10 @@ def post_outcome(
         redis.RedisError: Redis failed.
     """
     outcome = Outcome(call_id, reply_to, envelope, ttl_s, reply_ttl_s, events or [], ack)
-    return post_outcomes(client, namespace, worker_id, [outcome], events_maxlen)[0]
+    (posted,) = post_outcomes(client, namespace, worker_id, [outcome], events_maxlen)
+    if isinstance(posted, redis.ResponseError):
+        raise posted
+    return posted
 
 
 class _Waiting:
@@ -287,11 +295,11 @@ class Completer:
                 item.done = True
             self._cond.notify_all()
 
-    def _write(self, batch: list[_Waiting]) -> None:
+    def _write(self, batch: list[_Waiting], join: bool = True) -> None:
         """Write ``batch``, retrying while Redis is unreachable, each call until its deadline.
 
-        ``batch`` is changed in place: calls settled leave it, and at each retry the calls
-        that finished meanwhile join it (so they too leave it at their own deadline).
+        ``batch`` is changed in place: calls settled leave it, and (``join``) at each retry
+        the calls that finished meanwhile join it, so they too leave it at their deadline.
         """
         attempt = 0
         while batch:
@@ -318,6 +326,7 @@ class Completer:
                     )  # fmt: skip
                 if batch:
                     time.sleep(delay)
+                if batch and join:
                     with self._cond:
                         room = self.max_batch - len(batch)
                         batch += self._pending[:room]
@@ -329,10 +338,13 @@ class Completer:
                     self._settle(batch)
                     return
                 for item in list(batch):  # each alone: an error stays the call's that caused it
-                    self._write([item])
+                    self._write([item], join=False)
                 return
             else:
                 for item, value in zip(batch, posted, strict=True):
-                    item.posted = value
+                    if isinstance(value, redis.ResponseError):
+                        item.error = value
+                    else:
+                        item.posted = value
                 self._settle(batch)
                 return
