@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 import uuid
@@ -237,3 +239,85 @@ def test_a_running_call_past_its_deadline_is_recorded_timeout_not_canceled(
     assert f"ext_promise_wait {call_id}: timeout" in once_fleet.log()
     assert f"ext_promise_wait {call_id}: canceled" not in once_fleet.log()
     r.close()
+
+
+def test_a_worker_killed_between_its_tools_end_and_their_write_answers_each_call_once(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL of a worker process whose calls' tools have ended while their write waits.
+
+    Writes are held on a private Redis (``CLIENT PAUSE WRITE``) while 4 side-effect calls
+    run, so when their tools end the finish script waits in flight; the process is then
+    SIGKILLed, before any outcome is written. The redelivery rules answer each call:
+    exactly one reply per call, and the non-idempotent tool never runs a second time.
+    """
+    from toolfleet.worker.devtools.embedded_redis import EmbeddedRedis
+
+    with EmbeddedRedis() as server:
+        ns = f"tfkillwrite-{uuid.uuid4().hex[:6]}"
+        fleet = start_fleet(
+            server.url,
+            ns,
+            tmp_path / "worker.log",
+            processes=1,
+            threads=4,
+            extra=["--extension", "promise_tools:extension"],
+            env={"TOOLFLEET_BROKER_HEARTBEAT_TIMEOUT_S": "3"},
+        )
+        r = redis.Redis.from_url(server.url)
+        try:
+            reply_to = f"{ns}:reply:killed"
+            requests = [
+                ToolCallRequest(
+                    id=new_call_id(),
+                    function=FUNCTION,
+                    arguments={"key": f"{ns}:runs:{i}", "seconds": 2.0},
+                    reply_to=reply_to,
+                    deadline=time.time() + 90,
+                    timeout_s=20,
+                )
+                for i in range(4)
+            ]
+            for request in requests:
+                _enqueue(r, ns, request)
+            keys = [f"{ns}:runs:{i}" for i in range(4)]
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and not all(r.mget(keys)):
+                time.sleep(0.02)
+            assert all(r.mget(keys)), "the tools never all started"
+            # Given every tool running, and writes held from now on
+            r.client_pause(60_000, all=False)
+            ending = [q for q in requests if not r.exists(outcome_key(ns, q.id))]
+            assert ending, "every call was answered before writes were held"
+            time.sleep(2.0 + 1.0)  # each tool's 2 s are over: its write waits
+            waiting: list[str] = []
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and "evalsha" not in waiting:
+                waiting = [c["cmd"] for c in r.client_list() if "b" in c["flags"]]
+                time.sleep(0.1)
+            assert "evalsha" in waiting, f"no write waits: {waiting}"
+            # When the process is SIGKILLed before the write
+            (victim,) = fleet.worker_pids()
+            os.kill(victim, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and victim in fleet.worker_pids():
+                time.sleep(0.05)
+            assert not any(r.exists(outcome_key(ns, q.id)) for q in ending), "written anyway"
+            r.client_unpause()
+            # Then each call gets exactly one reply, and no tool ran twice
+            deadline = time.monotonic() + 80
+            while time.monotonic() < deadline and len(_results(r, reply_to)) < len(requests):
+                time.sleep(0.1)
+            time.sleep(2.0)  # a second reply would arrive here
+            results = _results(r, reply_to)
+            ids = [envelope.result.id for envelope in results if envelope.result is not None]
+            assert sorted(ids) == sorted(q.id for q in requests), (ids, fleet.log()[-3000:])
+            assert [int(v or 0) for v in r.mget(keys)] == [1, 1, 1, 1]
+            statuses = {e.result.status for e in results if e.result is not None}
+            assert statuses <= {Status.CRASHED, Status.TIMEOUT}, statuses
+            print(f"\nkilled between end and write: {len(ending)} calls waiting, answered "
+                  f"{sorted(s.value for s in statuses)}, each once; no tool ran twice")  # fmt: skip
+        finally:
+            r.client_unpause()
+            r.close()
+            fleet.stop()

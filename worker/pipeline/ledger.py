@@ -5,7 +5,9 @@ and a raw duplicate may be published. Before running a call the worker claims it
 for one *delivery* (a token unique to this handling, ``<worker id>#<random>``), in one
 atomic script that also reads the outcome and the cancel marker and records the call as
 in flight for the supervisor's watchdog. After the run, one atomic script records the
-outcome only if none exists yet and posts the reply only then, so a call has exactly one
+outcome only if none exists yet and posts the reply only then (the process's
+:class:`~toolfleet.worker.pipeline.completer.Completer` writes every call finished since
+its last write in one such script), so a call has exactly one
 reply whoever answers first (the worker, or the watchdog at the limit) and a late result
 is discarded. The reply is not posted when the producer resolved the call itself (its
 cancel marker says so, see :mod:`toolfleet.shared.cancels`).
@@ -47,13 +49,11 @@ from pydantic import BaseModel
 from redis.exceptions import NoScriptError
 
 from toolfleet.shared import codec, scripts
-from toolfleet.shared.cancels import REQUESTED
 from toolfleet.shared.connect import is_cluster
 from toolfleet.shared.limits import DEADLINE_SLACK_S, MAX_TIMEOUT_S
 from toolfleet.shared.naming import (
     cancel_key,
     claim_key,
-    events_key,
     inflight_key,
     outcome_key,
     switches_key,
@@ -62,6 +62,14 @@ from toolfleet.shared.naming import (
 from toolfleet.shared.pipelines import on_one_connection, pipeline
 from toolfleet.shared.text import as_text
 from toolfleet.shared.wire import ReplyEnvelope, ToolCallRequest, ToolCallResult, ToolEvent
+from toolfleet.worker.pipeline.completer import (
+    RETRY_BACKOFF_S,
+    Completer,
+    InlineAck,
+    Outcome,
+    Posted,
+    post_outcome,
+)
 from toolfleet.worker.pipeline.replies import push_reply
 
 __all__ = [
@@ -69,8 +77,10 @@ __all__ = [
     "MIN_ANSWER_S",
     "Claim",
     "InFlight",
+    "RETRY_BACKOFF_S",
     "InlineAck",
     "Ledger",
+    "Outcome",
     "Posted",
     "owner_of",
     "post_outcome",
@@ -80,8 +90,6 @@ log = logging.getLogger("toolfleet.worker.ledger")
 
 T = TypeVar("T")
 
-#: Seconds between attempts while Redis is unreachable (the last one repeats).
-RETRY_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 #: Seconds the in-flight hash of a process outlives its last heartbeat: the longest a call
 #: may run, plus the deadline slack (each heartbeat sets it, not each claim).
 INFLIGHT_TTL_S = int(MAX_TIMEOUT_S + DEADLINE_SLACK_S)
@@ -94,42 +102,6 @@ MIN_ANSWER_S = 0.5
 
 #: ``claim.lua`` (what it takes and returns is written at its head).
 _CLAIM = scripts.source("claim")
-
-
-#: The finish script (``finish.lua``: what it takes and returns is written at its head),
-#: hashed once; run on the client given at each call.
-_FINISH_SCRIPT = scripts.script("finish", REQUESTED=REQUESTED.decode())
-
-
-class Posted:
-    """What :func:`post_outcome` did (its return value)."""
-
-    #: an outcome existed already: nothing was written (a late result, discarded)
-    ALREADY_ANSWERED = 0
-    #: the outcome was recorded and the reply posted
-    POSTED = 1
-    #: the outcome was recorded; no reply, because the producer resolved the call itself
-    RESOLVED_BY_PRODUCER = 2
-
-
-@dataclass
-class InlineAck:
-    """A Dramatiq message to acknowledge in the script that answers its call.
-
-    Made by the broker for the message a worker thread is handling; the consumer skips its
-    own acknowledgement round trip when ``done``.
-
-    Attributes:
-        acks_key: the consumer's Dramatiq acks set (``<ns>:__acks__.<broker id>.<queue>``).
-        msgs_key: the queue's Dramatiq messages hash (``<ns>:<queue>.msgs``).
-        redis_id: the message's ``redis_message_id``.
-        done: set once a script that acknowledged it returned.
-    """
-
-    acks_key: str
-    msgs_key: str
-    redis_id: str
-    done: bool = False
 
 
 class InFlight(BaseModel):
@@ -194,58 +166,6 @@ def owner_of(token: str) -> str:
     return token.rpartition("#")[0] or token
 
 
-def post_outcome(
-    client: redis.Redis,
-    namespace: str,
-    worker_id: str,
-    call_id: str,
-    reply_to: str,
-    envelope: bytes,
-    ttl_s: int,
-    reply_ttl_s: int,
-    events: list[bytes] | None = None,
-    events_maxlen: int = 100_000,
-    ack: InlineAck | None = None,
-) -> int:
-    """Record a call's outcome and post its reply, unless it was answered already (atomic).
-
-    Args:
-        client: Redis client.
-        namespace: key prefix.
-        worker_id: the in-flight hash to clear is this worker's.
-        call_id: the request id.
-        reply_to: the caller's reply list.
-        envelope: the encoded result envelope.
-        ttl_s: seconds the outcome is kept.
-        reply_ttl_s: seconds the reply list is kept.
-        events: encoded lifecycle events, appended only when the outcome is recorded.
-        events_maxlen: the events stream is capped at about this many entries.
-        ack: the Dramatiq message to acknowledge in the same script (marked ``done`` when
-            the script returned), or None.
-
-    Returns:
-        A :class:`Posted` value.
-
-    Raises:
-        redis.RedisError: Redis failed.
-    """
-    keys = [
-        outcome_key(namespace, call_id),
-        reply_to,
-        cancel_key(namespace, call_id),
-        inflight_key(namespace, worker_id),
-        events_key(namespace),
-    ]
-    if ack is not None:
-        keys += [ack.acks_key, ack.msgs_key]
-    redis_id = ack.redis_id if ack is not None else ""
-    argv: list[Any] = [envelope, ttl_s, reply_ttl_s, call_id, events_maxlen, redis_id]
-    posted = int(_FINISH_SCRIPT(keys, [*argv, *(events or [])], client=client))
-    if ack is not None:
-        ack.done = True
-    return posted
-
-
 class Ledger:
     """Claims, outcomes and replies for one worker process.
 
@@ -280,6 +200,8 @@ class Ledger:
         self.events_maxlen = events_maxlen
         self.claim_replicas = claim_replicas
         self.claim_replicas_timeout_ms = claim_replicas_timeout_ms
+        #: writes the outcomes of this process's calls, every finished call per write
+        self.completer = Completer(client, namespace, worker_id, events_maxlen)
         self._claim_script = client.register_script(_CLAIM)
         #: master name ('' on a plain Redis) -> (replicas, monotonic time to ask again)
         self._replicas: dict[str, tuple[int, float]] = {}
@@ -443,26 +365,26 @@ class Ledger:
 
         ``events`` go to the capped ``<ns>:events`` stream, only with a recorded outcome.
         ``ack``, when given, is the call's Dramatiq message, acknowledged in the same script.
-        One atomic script; retried while Redis is unreachable (a retry after a lost
-        response finds the outcome and posts nothing more).
+        Written by the process's :attr:`completer` together with every other call finished
+        meanwhile, in one atomic script; returns once written. Retried while Redis is
+        unreachable, until the call's deadline (a retry after a lost response finds the
+        outcome and posts nothing more).
 
         Returns:
             A :class:`Posted` value.
 
         Raises:
             codec.EncodeError: the result does not encode.
+            redis.ConnectionError, redis.TimeoutError: Redis still unreachable at the deadline.
+            redis.RedisError: Redis refused the write.
         """
         data = ReplyEnvelope(type="result", result=result).encode()
         encoded = [codec.dumps(event) for event in events or []]
-        ttl_s = self._ttl(request)
-
-        def write() -> int:
-            return post_outcome(
-                self.client, self.namespace, self.worker_id, request.id, request.reply_to,
-                data, ttl_s, self.reply_ttl_s, encoded, self.events_maxlen, ack,
-            )  # fmt: skip
-
-        return self._retrying(request, "answer", write)
+        outcome = Outcome(
+            request.id, request.reply_to, data, self._ttl(request), self.reply_ttl_s,
+            encoded, ack, request.deadline,
+        )  # fmt: skip
+        return self.completer.complete(outcome)
 
     def forget(self, request: ToolCallRequest) -> None:
         """Drop the call's in-flight record (a delivery that ends without an answer)."""

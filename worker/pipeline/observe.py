@@ -104,14 +104,15 @@ class Observer:
         """A call was accepted: count it in flight and fire ``tool_requested``."""
         label = self._label(request.function)
         self._in_flight[request.id] = label
-        metrics.IN_FLIGHT.labels(label).inc()
+        metrics.child(metrics.IN_FLIGHT, label).inc()
         event = {
             "kind": "tool_requested",
             "at": time.time(),
             **self._base(request),
             "arguments": self._payload(request.function, request.arguments),
         }
-        tool_requested.send(request.function, **event)
+        if tool_requested.receivers:  # nobody listening: nothing to call
+            tool_requested.send(request.function, **event)
         return event
 
     def responded(
@@ -121,13 +122,13 @@ class Observer:
         slug, _ = self._extension(request.function)
         label = self._label(request.function)
         if accepted:
-            metrics.IN_FLIGHT.labels(self._in_flight.pop(request.id, label)).dec()
+            metrics.child(metrics.IN_FLIGHT, self._in_flight.pop(request.id, label)).dec()
         model = model_label(request.context.llmclient, self.models)
-        metrics.CALLS.labels(label, slug, result.status.value, model).inc()
+        metrics.child(metrics.CALLS, label, slug, result.status.value, model).inc()
         if result.run_s is not None:
-            metrics.CALL_DURATION.labels(label, model).observe(result.run_s)
+            metrics.child(metrics.CALL_DURATION, label, model).observe(result.run_s)
         if result.queued_s is not None:
-            metrics.QUEUE_WAIT.labels(queue).observe(result.queued_s)
+            metrics.child(metrics.QUEUE_WAIT, queue).observe(result.queued_s)
         if self.aggregates is not None:
             self.aggregates.record(
                 label,
@@ -153,7 +154,8 @@ class Observer:
             "result": self._payload(request.function, result.content) if result.ok else None,
             "error": None if result.ok else result.error,
         }
-        tool_responded.send(request.function, **event)
+        if tool_responded.receivers:
+            tool_responded.send(request.function, **event)
         level = logging.DEBUG if result.ok else logging.INFO
         log.log(
             level,

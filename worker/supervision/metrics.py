@@ -9,7 +9,10 @@ goes backwards between scrapes. Base units: seconds.
 
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
 from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.metrics import MetricWrapperBase
 
 __all__ = [
     "BREAKER_OPEN",
@@ -31,7 +34,31 @@ __all__ = [
     "SHAPED",
     "STUCK_THREADS",
     "WORKER_UP",
+    "child",
 ]
+
+M = TypeVar("M", bound=MetricWrapperBase)
+
+#: (metric, label values) -> its child: each label set looked up in the metric once.
+_children: dict[tuple[Any, tuple[str, ...]], Any] = {}
+
+
+def child(metric: M, *labels: str) -> M:
+    """``metric.labels(*labels)``, made once per label set and kept for this process.
+
+    The same child prometheus-client returns (it keeps every label set a metric was given
+    anyway), without its checks and lock at each update: for the metrics updated once per
+    call. Label sets are bounded by what a process serves, as the metric's own are.
+
+    Raises:
+        ValueError: the label values do not match the metric's label names.
+    """
+    key = (metric, labels)
+    found = _children.get(key)
+    if found is None:
+        found = _children[key] = metric.labels(*labels)
+    return found
+
 
 #: Execution-time buckets, 5 ms to 60 s.
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
