@@ -66,10 +66,10 @@ __all__ = ["MAX_BATCH", "MAX_PIPELINE", "AsyncPublisher", "Outcome", "Publisher"
 log = logging.getLogger("toolfleet.producer")
 
 #: Most calls in one run of the enqueue script (a run holds Redis for its length).
-MAX_BATCH = 500
+MAX_BATCH = 200
 
 #: Most calls the publisher takes from its outgoing batch for one pipeline.
-MAX_PIPELINE = 2000
+MAX_PIPELINE = 1000
 
 #: What publishing one request came to: ``None`` (enqueued), :class:`Refused` (over a
 #: quota: nothing published), a :class:`~toolfleet.shared.idempotency.Duplicate` (its
