@@ -15,30 +15,33 @@ a change. No timing: the figures hold on a loaded machine.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import asyncio
+import hashlib
 import json
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
-import threading
+import time
 import uuid
-
-import redis
 from pathlib import Path
 from typing import Any
+
+import redis
 
 BENCH = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH), str(BENCH.parent / "tests")]
 
 from conftest import start_fleet  # noqa: E402
-from private_redis import start_tcp_server  # noqa: E402
+from private_redis import redis_server_binary, start_tcp_server  # noqa: E402
 from toolfleet.producer import AsyncToolClient, ToolClient  # noqa: E402
 from toolfleet.shared import Status  # noqa: E402
 from toolfleet.shared.tenancy.enqueue import ENQUEUE_SCRIPT  # noqa: E402
 
 ECHO = "ext_fleet_test_echo"
 BURST = 5_000
+ENQUEUE_SHA = hashlib.sha1(ENQUEUE_SCRIPT.encode()).hexdigest()  # noqa: S324 - Redis's
 SEQUENTIAL = 500
 
 
@@ -58,38 +61,37 @@ def _delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
 
 
 class EnqueueCount:
-    """``EVALSHA`` s of the enqueue script, read from ``MONITOR`` (slows Redis: counts only)."""
+    """Counts the ``EVALSHA`` s of the enqueue script while it is open.
+
+    ``redis-cli monitor`` in a process of its own writes every command to a file, so
+    that reading them costs the client under test nothing (no GIL shared with it).
+    """
 
     def __init__(self, url: str) -> None:
         self.url = url
         self.runs = 0
-        self.sha = hashlib.sha1(ENQUEUE_SCRIPT.encode()).hexdigest()  # noqa: S324 - Redis's
-        self._ready = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        client = redis.Redis.from_url(self.url)
-        with client.monitor() as monitor:
-            self._ready.set()
-            while not self._stop.is_set():
-                parts = str(monitor.next_command()["command"]).split(maxsplit=2)
-                if len(parts) > 1 and parts[0].lower() == "evalsha" and parts[1] == self.sha:
-                    self.runs += 1
-        client.close()
+        self._out = Path(tempfile.mkstemp(prefix="monitor-", suffix=".log")[1])
+        self._process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> EnqueueCount:
-        self._thread.start()
-        self._ready.wait(5)
+        cli = shutil.which("redis-cli") or str(Path(redis_server_binary()).with_name("redis-cli"))
+        with self._out.open("wb") as out:
+            self._process = subprocess.Popen([cli, "-u", self.url, "monitor"], stdout=out)
+        deadline = time.monotonic() + 10
+        while b"OK" not in self._out.read_bytes():  # MONITOR answers OK once it watches
+            assert time.monotonic() < deadline, "redis-cli monitor did not start"
+            time.sleep(0.05)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        waker = redis.Redis.from_url(self.url)
-        while self._thread.is_alive():
-            waker.ping()
-            self._thread.join(0.1)
-        waker.close()
+        time.sleep(0.5)  # the last commands reach the file
+        assert self._process is not None
+        self._process.terminate()
+        self._process.wait(10)
+        marker = f'"evalsha" "{ENQUEUE_SHA}"'.encode()
+        with self._out.open("rb") as lines:
+            self.runs = sum(1 for line in lines if marker in line.lower())
+        self._out.unlink()
 
 
 def _per_call(delta: dict[str, Any], calls: int, enqueues: int) -> dict[str, float]:

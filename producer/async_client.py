@@ -322,5 +322,8 @@ class AsyncToolClient(ClientBase):
         prepared = self._publisher.prepare(step.items, step.no_breaker, step.keys)
         if step.then is not None:  # sent by the publisher's task
             self._publisher.send(prepared, step.deadline, step.then)
+            # a turn of the loop for the publisher: a caller submitting in a tight loop
+            # must not hold back the reply of the batch in flight past its socket timeout
+            await asyncio.sleep(0)
             return None
         return await self._publisher.send_wait(prepared, wait_s)
