@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +147,7 @@ def main() -> None:
     results: dict[str, Any] = {}
     try:
         _sync_sequential(server.url, namespace)  # warm: scripts loaded, catalog read
-        phases = {
+        phases: dict[str, Callable[[], list[Status]]] = {
             "sync_burst": lambda: _sync_burst(server.url, namespace),
             "sync_sequential": lambda: _sync_sequential(server.url, namespace),
             "async_burst": lambda: asyncio.run(_async_burst(server.url, namespace)),

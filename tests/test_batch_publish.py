@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -163,6 +164,10 @@ def _request(
     )
 
 
+def _fields(client: redis.Redis, key: str) -> set[str]:
+    return {f.decode() if isinstance(f, bytes) else f for f in client.hkeys(key)}
+
+
 def test_a_refused_and_a_failing_call_in_a_batch_leave_the_others_enqueued(
     counting_server: Server,
 ) -> None:
@@ -183,7 +188,7 @@ def test_a_refused_and_a_failing_call_in_a_batch_leave_the_others_enqueued(
         client.config_resetstat()
         outcomes = publisher.publish_many([(queue, r) for r in (first, over, failing, last)])
         evalsha = int(client.info("commandstats")["cmdstat_evalsha"]["calls"])
-        queued = {field.decode() for field in client.hkeys(queue_msgs_key(ns, queue))}
+        queued = _fields(client, queue_msgs_key(ns, queue))
     finally:
         client.close()
     assert outcomes[0] is None and outcomes[3] is None
@@ -212,7 +217,7 @@ def test_a_duplicate_in_a_batch_is_answered_and_the_others_enqueued(
                 for r in (first, again)}  # fmt: skip
         assert publisher.publish_many([(queue, first)], (), keys) == [None]
         outcomes = publisher.publish_many([(queue, again), (queue, other)], (), keys)
-        queued = {field.decode() for field in client.hkeys(queue_msgs_key(ns, queue))}
+        queued = _fields(client, queue_msgs_key(ns, queue))
     finally:
         client.close()
     assert outcomes == [Duplicate(first.id, misuse=False), None]
@@ -228,10 +233,10 @@ def _late_answers(submitted: list[float], answered: list[float], budget_s: float
 def test_a_redis_restart_mid_burst_leaves_no_call_unanswered_past_its_deadline(
     tmp_path: Path,
 ) -> None:
-    """2,000 calls from each client with a 10 s budget; Redis restarts (its data kept)
-    while they are published and run. Every call is answered, none later than 5 s past
-    its deadline (the deadline timer's margin on a loaded 2-core machine), and calls made
-    after the restart are served."""
+    """2,000 calls from each client with a 10 s budget; Redis restarts (its data lost, the
+    workers publish their catalog again) while they are published and run. Every call is
+    answered, none later than 5 s past its deadline (the deadline timer's margin on a
+    loaded 2-core machine), and calls made after the restart are served."""
     from toolfleet.worker.devtools.embedded_redis import EmbeddedRedis
 
     budget_s, margin_s, calls = 10.0, 5.0, 2_000
@@ -239,41 +244,38 @@ def test_a_redis_restart_mid_burst_leaves_no_call_unanswered_past_its_deadline(
         ns = f"tfbatchrestart-{uuid.uuid4().hex[:6]}"
         fleet = start_fleet(server.url, ns, tmp_path / "fleet.log", processes=2, threads=8)
         try:
-
-            def restart_soon() -> threading.Thread:
-                def later() -> None:
-                    time.sleep(0.3)
-                    server.restart(keep_data=True)
-
-                thread = threading.Thread(target=later)
-                thread.start()
-                return thread
-
+            _served(server.url, ns)
             sync_answered = [0.0] * calls
             sync_submitted: list[float] = []
             with ToolClient(server.url, namespace=ns) as client:
-                assert client.call(ECHO, {"text": "warm"}).ok
-                restarting = restart_soon()
-                futures = []
-                for i in range(calls):
-                    sync_submitted.append(time.time())
-                    future = client.submit(ECHO, {"text": str(i)}, timeout_s=budget_s)
-                    future.add_done_callback(
-                        lambda _, i=i: sync_answered.__setitem__(i, time.time())
-                    )
-                    futures.append(future)
+                futures: list[Any] = []
+                started = threading.Event()
+
+                def submit_all() -> None:
+                    for i in range(calls):
+                        sync_submitted.append(time.time())
+                        future = client.submit(ECHO, {"text": str(i)}, timeout_s=budget_s)
+                        future.add_done_callback(
+                            lambda _, i=i: sync_answered.__setitem__(i, time.time())
+                        )
+                        futures.append(future)
+                        started.set()
+
+                submitter = threading.Thread(target=submit_all)
+                submitter.start()
+                assert started.wait(30)
+                time.sleep(0.3)
+                server.restart(keep_data=False)  # from this thread: the server outlives it
+                submitter.join()
                 sync_statuses = [f.result(timeout=budget_s + 60).status for f in futures]
-                restarting.join()
+            _served(server.url, ns)
+
+            async_started = threading.Event()
 
             async def burst() -> tuple[list[Status], list[float], list[float]]:
                 answered = [0.0] * calls
                 submitted: list[float] = []
                 async with AsyncToolClient(server.url, namespace=ns) as aclient:
-                    deadline = time.monotonic() + 60
-                    while not (warm := await aclient.call(ECHO, {"text": "warm"})).ok:
-                        assert time.monotonic() < deadline, f"not served after the restart: {warm}"
-                        await asyncio.sleep(0.5)
-                    restarting = restart_soon()
                     futures = []
                     for i in range(calls):
                         submitted.append(time.time())
@@ -282,16 +284,20 @@ def test_a_redis_restart_mid_burst_leaves_no_call_unanswered_past_its_deadline(
                             lambda _, i=i: answered.__setitem__(i, time.time())
                         )
                         futures.append(future)
+                        async_started.set()
                     results = await asyncio.gather(*futures)
-                    await asyncio.to_thread(restarting.join)
                     return [r.status for r in results], submitted, answered
 
-            async_statuses, async_submitted, async_answered = asyncio.run(burst())
-            with ToolClient(server.url, namespace=ns) as client:
-                deadline = time.monotonic() + 60
-                while not client.call(ECHO, {"text": "after"}).ok:
-                    assert time.monotonic() < deadline, "not served after the restart"
-                    time.sleep(0.5)
+            outcome: list[tuple[list[Status], list[float], list[float]]] = []
+            runner = threading.Thread(target=lambda: outcome.append(asyncio.run(burst())))
+            runner.start()
+            assert async_started.wait(30)
+            time.sleep(0.3)
+            server.restart(keep_data=False)
+            runner.join(budget_s + 120)
+            assert outcome, "the async burst did not end"
+            ((async_statuses, async_submitted, async_answered),) = outcome
+            _served(server.url, ns)
         finally:
             fleet.stop()
     allowed = {Status.OK, Status.TIMEOUT, Status.NOT_AVAILABLE, Status.REJECTED}
@@ -304,3 +310,12 @@ def test_a_redis_restart_mid_burst_leaves_no_call_unanswered_past_its_deadline(
         assert all(answered), "a call's future was never resolved"
         late = _late_answers(submitted, answered, budget_s)
         assert not late or max(late) <= margin_s, (len(late), max(late))
+
+
+def _served(url: str, ns: str) -> None:
+    """Wait (up to 90 s) until a call is served: the fleet is back after a restart."""
+    with ToolClient(url, namespace=ns) as client:
+        deadline = time.monotonic() + 90
+        while not (result := client.call(ECHO, {"text": "served?"})).ok:
+            assert time.monotonic() < deadline, f"not served: {result}"
+            time.sleep(0.5)
