@@ -319,6 +319,11 @@ class AsyncToolClient(ClientBase):
         wait_s = None if step.deadline is None else step.deadline - time.time()
         if isinstance(step, core.ReadCatalog):
             return await self._catalog.get(step.functions, wait_s=wait_s)
-        return await self._publisher.publish_many(
-            step.items, wait_s=wait_s, no_breaker=step.no_breaker, keys=step.keys
-        )
+        prepared = self._publisher.prepare(step.items, step.no_breaker, step.keys)
+        if step.then is not None:  # sent by the publisher's task
+            self._publisher.send(prepared, step.deadline, step.then)
+            # a turn of the loop for the publisher: a caller submitting in a tight loop
+            # must not hold back the reply of the batch in flight past its socket timeout
+            await asyncio.sleep(0)
+            return None
+        return await self._publisher.send_wait(prepared, wait_s)

@@ -1,8 +1,9 @@
 """Hold the sync client's blocking Redis I/O to a call's deadline.
 
 ``ToolClient``'s connections time out after ``redis_timeout_s``, longer than what is left
-of a short call. :class:`DeadlineRunner` runs a publish or a catalog read on a few
-threads of its own and stops waiting for it when the deadline comes: the caller gets a
+of a short call. :class:`DeadlineRunner` runs a catalog read on a few threads of its
+own (publishing has a thread of its own: :class:`~toolfleet.producer.publish.Publisher`)
+and stops waiting for it when the deadline comes: the caller gets a
 :class:`~toolfleet.producer._redis.DeadlinePassed` (a ``redis.TimeoutError``) then,
 while the I/O keeps its connection until redis-py's socket timeout ends it (redis-py
 disconnects a timed-out connection, so the pool never hands out one with a reply still

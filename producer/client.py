@@ -233,6 +233,7 @@ class ToolClient(ClientBase):
             for key in {self.reply_to, *self._group_listeners}:
                 self._redis.delete(key)  # one by one: on a cluster they are in other slots
         self._bounded.close()
+        self._publisher.close()
         self._redis.close()
 
     def __enter__(self) -> ToolClient:
@@ -275,11 +276,13 @@ class ToolClient(ClientBase):
             return self._bounded.run(lambda: self._catalog.get(functions), step.deadline)
         if isinstance(step, core.TakeSlot):
             return self._slots.acquire(step.wait_s)
-        if isinstance(step, core.Publish):
-            items, no_breaker, keys = step.items, step.no_breaker, step.keys
-            outcomes = self._bounded.run(
-                lambda: self._publisher.publish_many(items, no_breaker, keys), step.deadline
-            )
+        if isinstance(step, core.Publish):  # encoded here, sent by the publisher's thread
+            prepared = self._publisher.prepare(step.items, step.no_breaker, step.keys)
+            outcomes = None
+            if step.then is not None:
+                self._publisher.send(prepared, step.deadline, step.then)
+            else:
+                outcomes = self._publisher.send_wait(prepared, step.deadline)
             self._listen_on_groups()
             return outcomes
         if isinstance(step, core.MarkResolved):

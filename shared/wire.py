@@ -22,7 +22,15 @@ import uuid
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, NoReturn
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from toolfleet.shared import codec
@@ -191,6 +199,9 @@ class ToolCallRequest(BaseModel):
     schema_hash: NameText | None = None
     session_holder: NameText | None = None
     max_result_bytes: int | None = Field(default=None, ge=MIN_BUDGET_BYTES)
+    #: the arguments object :meth:`arguments_size` encoded, and its encoding (reused by
+    #: :meth:`encode` while ``arguments`` is still that object: encoded once)
+    _encoded_arguments: tuple[Any, bytes] | None = PrivateAttr(default=None)
 
     def arguments_size(self) -> int:
         """Bytes ``arguments`` take on the wire (0 for none).
@@ -204,11 +215,29 @@ class ToolCallRequest(BaseModel):
             return 0
         if isinstance(arguments, str):
             return len(arguments.encode("utf-8", "surrogatepass"))
-        return len(codec.dumps(arguments, max_depth=MAX_DEPTH - 1))
+        encoded = codec.dumps(arguments, max_depth=MAX_DEPTH - 1)
+        self._encoded_arguments = (arguments, encoded)
+        return len(encoded)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal fields (what :meth:`arguments_size` kept of its work is not compared)."""
+        if not isinstance(other, ToolCallRequest):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]  # a mutable model, as pydantic's
 
     def encode(self) -> bytes:
-        """Encode for the wire (orjson; exact big integers)."""
-        return codec.dumps(self.model_dump(mode="python", exclude_none=True))
+        """Encode for the wire (orjson; exact big integers).
+
+        Arguments that :meth:`arguments_size` encoded already (the same object, not
+        replaced since) are not encoded again: their bytes go in as they are.
+        """
+        cached = self._encoded_arguments
+        if cached is None or cached[0] is not self.arguments:
+            return codec.dumps(self.model_dump(mode="python", exclude_none=True))
+        rest = codec.dumps(self.model_dump(mode="python", exclude_none=True, exclude={"arguments"}))
+        return b'{"arguments":' + cached[1] + (b"," + rest[1:] if len(rest) > 2 else b"}")
 
     @classmethod
     def decode(cls, data: bytes | str) -> ToolCallRequest:

@@ -9,7 +9,9 @@ The steps:
 
 - :class:`ReadCatalog` -> a :class:`~toolfleet.producer.catalog.Catalog`.
 - :class:`TakeSlot` -> whether an in-flight slot was taken (``wait_s`` ``None``: at once).
-- :class:`Publish` -> per ``(queue, request)``, ``None`` or the error Redis answered.
+- :class:`Publish` -> per ``(queue, request)``, its outcome (``None``: enqueued) or the
+  error Redis answered; with ``then``, ``None`` at once (write-behind: the shell hands
+  the outcomes to ``then`` once the batch the calls went in is decided).
 - :class:`MarkResolved` -> per call, its recorded outcome, or ``None`` when the marker
   could not be written in time (:mod:`.fleet`); never raises.
 - :class:`FindQueued` -> per queue, the call's Dramatiq message (bytes) or ``None``.
@@ -109,13 +111,16 @@ class Publish:
 
     ``no_breaker``: the functions whose catalog entry declares no breaker (the enqueue
     script does not read their breaker state); ``keys``: the idempotency keys of the
-    requests that carry one, by request id.
+    requests that carry one, by request id; ``then``: the shell does not wait, it appends
+    the calls to the client's outgoing batch and calls ``then`` with their outcomes later
+    (from its publisher); a call still unsent at ``deadline`` is not sent.
     """
 
     items: list[tuple[str, ToolCallRequest]]
     deadline: float
     no_breaker: frozenset[str] = frozenset()
     keys: dict[str, Idempotency] | None = None
+    then: Callable[[list[Outcome]], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +323,17 @@ class ProducerCore:
         if not isinstance(outcome, REDIS_FAILURES):
             raise outcome
 
+    def published_later(self, request: ToolCallRequest, outcome: Outcome, label: str) -> None:
+        """:meth:`published` for a call whose caller did not wait (write-behind): never raises.
+
+        A failure that :meth:`published` would raise (the call answered ``rejected``
+        first) is logged instead: its caller has the future already.
+        """
+        try:
+            self.published(request, outcome, label)
+        except Exception:
+            log.exception("publishing call %s failed", request.id)
+
     def _refused(self, result: ToolCallResult, context: CallContext) -> ToolCallResult:
         """A call answered before publishing: counted (an unknown function) and signalled."""
         if result.status is Status.UNKNOWN_FUNCTION:
@@ -358,10 +374,22 @@ class ProducerCore:
                 raise backpressure_error(self.config.max_in_flight, max(0.0, wait_s))
         label = function_label(request.function, catalog.typed)
         self.register(request, future, None, label)
-        try:
-            no_breaker = catalog.without_breaker([request.function])
-            keys = {request.id: idempotency} if idempotency is not None else None
-            (outcome,) = yield Publish([(admitted, request)], request.deadline, no_breaker, keys)
+        no_breaker = catalog.without_breaker([request.function])
+        items = [(admitted, request)]
+        if idempotency is None:  # write-behind: the future is the caller's at once
+
+            def then(outcomes: list[Outcome]) -> None:
+                self.published_later(request, outcomes[0], label)
+
+            try:
+                yield Publish(items, request.deadline, no_breaker, None, then)
+            except Exception as exc:  # noqa: BLE001 - not handed over (not encodable)
+                self.published(request, exc, label)
+            return
+        try:  # misuse of the key is raised here: wait for the outcome
+            (outcome,) = yield Publish(
+                items, request.deadline, no_breaker, {request.id: idempotency}
+            )
         except Exception as exc:  # noqa: BLE001 - classified by published()
             outcome = exc
         self.published(request, outcome, label, idempotency)

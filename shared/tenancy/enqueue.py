@@ -15,8 +15,11 @@ published, and none is published that was not counted.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
+
+from redis.exceptions import ResponseError
 
 from toolfleet.shared import scripts
 from toolfleet.shared.idempotency import Duplicate, Idempotency, record_ttl_ms
@@ -34,10 +37,24 @@ from toolfleet.shared.tenancy.quotas import limits_key, over_quota_content, quot
 from toolfleet.shared.text import as_text
 from toolfleet.shared.wire import Status, ToolCallRequest, ToolCallResult
 
-__all__ = ["ENQUEUE_SCRIPT", "QuotaDefaults", "Refused", "enqueue_call", "recheck", "refused"]
+__all__ = [
+    "ENQUEUE_SCRIPT",
+    "QuotaDefaults",
+    "Refused",
+    "batch_call",
+    "batch_replies",
+    "enqueue_call",
+    "recheck",
+    "refused",
+]
+
+#: One call's ``(keys, args)`` for :data:`ENQUEUE_SCRIPT` (:func:`enqueue_call`).
+Call: TypeAlias = tuple[list[str], list[Any]]
 
 
-#: The source of ``enqueue.lua``: what it takes and returns is written at its head. What
+#: The source of ``enqueue.lua``: what it takes and returns is written at its head. One
+#: run admits and enqueues a batch of calls (:func:`batch_call`), each decided on its own
+#: as if it ran alone, in order: a batch costs one round trip and one script call. What
 #: it reads costs nothing when a feature is off: no breaker read for a tool without one,
 #: one ``HMGET`` for all of a call's quota scopes (none without an account), and the
 #: second lane's length only when the first lane is not empty. A push that makes its lane
@@ -165,6 +182,43 @@ def enqueue_call(
         *scopes,
     ]
     return keys, args
+
+
+def batch_call(calls: Sequence[Call]) -> Call:
+    """The ``(keys, args)`` of one run of :data:`ENQUEUE_SCRIPT` for ``calls``, in order.
+
+    Args:
+        calls: each call's ``(keys, args)`` (:func:`enqueue_call`, or :func:`recheck`'s).
+
+    Returns:
+        ``(keys, args)``: every call's keys in turn; the number of calls, each call's
+        numbers of keys and of arguments, then every call's arguments in turn. Keys of
+        several slots are fine on one Redis only (on a cluster, a batch is one slot's).
+    """
+    keys: list[str] = []
+    header: list[Any] = [len(calls)]
+    args: list[Any] = []
+    for call_keys, call_args in calls:
+        keys += call_keys
+        args += call_args
+        header += [len(call_keys), len(call_args)]
+    return keys, header + args
+
+
+def batch_replies(reply: Any, calls: int) -> list[Any]:
+    """Per call, what a run of :func:`batch_call` answered for it (an error as its exception).
+
+    Args:
+        reply: the script's reply (a list of ``calls`` replies).
+        calls: how many calls the run carried.
+
+    Raises:
+        redis.ResponseError: the reply is not one reply per call (the script is not the
+            batch script this module knows).
+    """
+    if not isinstance(reply, list) or len(reply) != calls:
+        raise ResponseError(f"the enqueue script answered {reply!r} for {calls} calls")
+    return reply
 
 
 def recheck(
