@@ -26,7 +26,7 @@ from typing import Any
 
 from toolfleet.shared.catalog import entry_group
 from toolfleet.shared.connect import is_cluster
-from toolfleet.shared.naming import DEFAULT_GROUP, fleet_namespace, group_namespace
+from toolfleet.shared.naming import DEFAULT_GROUP, SLOT_INFIX, fleet_namespace, group_namespace
 
 __all__ = ["KeyLayout"]
 
@@ -75,13 +75,17 @@ class KeyLayout:
     def of_queue(self, queue: str) -> str:
         """The prefix of ``queue``'s keys and of its calls' and functions' keys.
 
-        A queue no catalog entry learnt so far names is taken to be of
-        :data:`~toolfleet.shared.naming.DEFAULT_GROUP`.
+        A session-affinity slot queue (:func:`~toolfleet.shared.naming.affinity_queue_for`)
+        is in the group of the queue it stands in for. A queue no catalog entry learnt so
+        far names is taken to be of :data:`~toolfleet.shared.naming.DEFAULT_GROUP`.
         """
         if not self.cluster:
             return self.namespace
         with self._lock:
-            group = self._groups.get(queue, DEFAULT_GROUP)
+            group = self._groups.get(queue)
+            if group is None:
+                bases = [q for q in self._groups if queue.startswith(q + SLOT_INFIX)]
+                group = self._groups[max(bases, key=len)] if bases else DEFAULT_GROUP
         return self.group(group)
 
     def prefixes(self) -> list[str]:
