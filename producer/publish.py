@@ -256,6 +256,8 @@ class AsyncPublisher:
         quotas: quotas of accounts without their own (``None``: no limit).
         idempotency_ttl_s: seconds an idempotency key's record outlives its call's
             deadline (the ``reply_ttl_s`` setting).
+        keys: the client's key prefixes (a call's keys in its queue's group on a cluster);
+            ``None``: ``namespace`` on a plain Redis.
     """
 
     def __init__(
@@ -264,11 +266,13 @@ class AsyncPublisher:
         namespace: str,
         quotas: QuotaDefaults | None = None,
         idempotency_ttl_s: float = 300.0,
+        keys: KeySpace | None = None,
     ) -> None:
         self._client = client
-        self._dispatch = _Dispatch(namespace, quotas, idempotency_ttl_s)
+        self._dispatch = _Dispatch(namespace, quotas, idempotency_ttl_s, keys)
         self._script = client.register_script(ENQUEUE_SCRIPT)
-        self._waiting: list[tuple[tuple[list[str], list[Any]], asyncio.Future[_Settled]]] = []
+        #: (enqueue call, its key prefix, its future) per request waiting for a batch
+        self._waiting: list[tuple[tuple[list[str], list[Any]], str, asyncio.Future[_Settled]]] = []
         self._flushing: asyncio.Task[None] | None = None
 
     async def publish(
@@ -316,7 +320,8 @@ class AsyncPublisher:
         futures: list[asyncio.Future[_Settled]] = []
         for queue, request in items:
             future: asyncio.Future[_Settled] = loop.create_future()
-            self._waiting.append((self._dispatch.call(queue, request, no_breaker, keys), future))
+            call = self._dispatch.call(queue, request, no_breaker, keys)
+            self._waiting.append((call, self._dispatch.keys.of_queue(queue), future))
             futures.append(future)
         if self._flushing is None:
             self._flushing = loop.create_task(self._flush())
@@ -329,11 +334,11 @@ class AsyncPublisher:
         return [_future_outcome(f, late) for f in futures]
 
     async def _flush(self) -> None:
-        batch: list[tuple[tuple[list[str], list[Any]], asyncio.Future[_Settled]]] = []
+        batch: list[tuple[tuple[list[str], list[Any]], str, asyncio.Future[_Settled]]] = []
         try:
             while self._waiting:
                 batch, self._waiting = self._waiting[:MAX_BATCH], self._waiting[MAX_BATCH:]
-                calls = [call for call, _ in batch]
+                calls = [call for call, _, _ in batch]
                 try:
                     replies = await self._execute(calls)
                     if missing := _unloaded(replies):
@@ -341,21 +346,21 @@ class AsyncPublisher:
                         again = await self._execute([calls[i] for i in missing])
                         for i, reply in zip(missing, again, strict=True):
                             replies[i] = reply
-                    prefixes = [self._dispatch.namespace] * len(calls)  # a plain Redis
+                    prefixes = [prefix for _, prefix, _ in batch]
                     if reruns := _rechecks(prefixes, calls, replies):
                         rerun = await self._execute(list(reruns.values()))
                         for i, reply in zip(reruns, rerun, strict=True):
                             replies[i] = reply
                 except Exception as exc:  # noqa: BLE001 - handed to every waiting publisher
                     replies = [exc] * len(batch)
-                for (_, future), reply in zip(batch, replies, strict=True):
+                for (_, _, future), reply in zip(batch, replies, strict=True):
                     _settle(future, _outcome(reply))
                 batch = []
         finally:
             self._flushing = None
             # interrupted (the client closed): nobody may wait forever for a batch
             interrupted = redis.ConnectionError("publishing was interrupted: the client closed")
-            for _, future in [*batch, *self._waiting]:
+            for _, _, future in [*batch, *self._waiting]:
                 _settle(future, interrupted)
             self._waiting = []
 

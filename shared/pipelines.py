@@ -13,10 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
+import redis.asyncio.cluster
 
 from toolfleet.shared.connect import is_cluster
 
-__all__ = ["InOrder", "pipeline"]
+__all__ = ["AsyncInOrder", "InOrder", "pipeline"]
 
 
 class InOrder:
@@ -63,12 +64,39 @@ class InOrder:
         return replies
 
 
+class AsyncInOrder(InOrder):
+    """:class:`InOrder` for ``redis.asyncio.cluster.RedisCluster``: ``await execute()``."""
+
+    async def execute(self, raise_on_error: bool = True) -> list[Any]:  # type: ignore[override]
+        """Send every queued command in order, awaiting each; their replies.
+
+        Raises:
+            redis.RedisError: as :meth:`InOrder.execute`.
+        """
+        stack, self.command_stack = self.command_stack, []
+        replies: list[Any] = []
+        for method, args, kwargs in stack:
+            try:
+                replies.append(await method(*args, **kwargs))
+            except redis.ConnectionError:
+                raise
+            except redis.RedisError as exc:
+                if raise_on_error:
+                    raise
+                replies.append(exc)
+        return replies
+
+
 def pipeline(client: Any, *, transaction: bool = False) -> Any:
     """``client.pipeline(transaction=...)``, or an :class:`InOrder` one on a cluster.
+
+    On an asyncio cluster client it is an :class:`AsyncInOrder`.
 
     On a cluster, ``transaction`` is not kept: the commands run in order, not as one
     ``MULTI`` (each caller's order is what its correctness rests on).
     """
+    if isinstance(client, redis.asyncio.cluster.RedisCluster):
+        return AsyncInOrder(client)
     if is_cluster(client):
         return InOrder(client)
     return client.pipeline(transaction=transaction)
