@@ -26,7 +26,13 @@ from typing import Any
 
 from toolfleet.shared.catalog import entry_group
 from toolfleet.shared.connect import is_cluster
-from toolfleet.shared.naming import DEFAULT_GROUP, SLOT_INFIX, fleet_namespace, group_namespace
+from toolfleet.shared.naming import (
+    DEFAULT_GROUP,
+    SLOT_INFIX,
+    fleet_base,
+    fleet_namespace,
+    group_namespace,
+)
 
 __all__ = ["KeyLayout"]
 
@@ -35,18 +41,19 @@ class KeyLayout:
     """The key prefixes of one deployment on one Redis (thread-safe).
 
     Args:
-        namespace: the deployment's namespace (``TOOLFLEET_NAMESPACE``), without a tag.
+        namespace: the deployment's namespace (``TOOLFLEET_NAMESPACE``); a group's or the
+            fleet's prefix stands for the namespace it was made from.
         cluster: whether Redis is a cluster.
 
     Attributes:
-        namespace: as given.
+        namespace: the deployment's namespace, without a hash tag.
         cluster: as given.
         fleet: the prefix of fleet-wide keys: ``<ns>:{fleet}`` on a cluster, else ``<ns>``.
     """
 
     def __init__(self, namespace: str, cluster: bool) -> None:
-        self.namespace, self.cluster = namespace, cluster
-        self.fleet = fleet_namespace(namespace, cluster=cluster)
+        self.namespace, self.cluster = fleet_base(namespace), cluster
+        self.fleet = fleet_namespace(self.namespace, cluster=cluster)
         self._groups: dict[str, str] = {}
         self._lock = threading.Lock()
 
