@@ -122,7 +122,17 @@ class Group:
         return self.log_path.read_text(errors="replace")
 
 
-def start_group(cluster: Cluster, ns: str, group: str, queue: str, folder: Path) -> Group:
+def start_group(
+    cluster: Cluster,
+    ns: str,
+    group: str,
+    queue: str,
+    folder: Path,
+    *,
+    processes: int = 1,
+    threads: int = 2,
+    extension: str = "fleet_tools:extension",
+) -> Group:
     """``toolfleet worker --queue-group GROUP -Q QUEUE`` (1 process, 2 threads) on ``cluster``."""
     env = {
         **os.environ,
@@ -135,16 +145,16 @@ def start_group(cluster: Cluster, ns: str, group: str, queue: str, folder: Path)
         "TOOLFLEET_HEALTH_DIR": str(folder / f"health-{group}"),
         "TOOLFLEET_METRICS_PORT": "0",
     }
-    argv = [toolfleet_command(), "worker", "-p", "1", "-t", "2", "--queue-group", group,
-            "--extension", "fleet_tools:extension", "-Q", queue]  # fmt: skip
+    argv = [toolfleet_command(), "worker", "-p", str(processes), "-t", str(threads),
+            "--queue-group", group, "--extension", extension, "-Q", queue]  # fmt: skip
     log_path = folder / f"worker-{group}.log"
     process = subprocess.Popen(argv, env=env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
     return Group(group, queue, process, log_path)
 
 
 def wait_live(client: redis.cluster.RedisCluster, ns: str, groups: list[Group]) -> None:
-    """Wait until a worker of every group beats on its queue."""
-    deadline = time.monotonic() + 60
+    """Wait until a worker of every group beats on its queue (3 minutes: a loaded machine)."""
+    deadline = time.monotonic() + 180
     fleet = fleet_namespace(ns, cluster=True)
     while time.monotonic() < deadline:
         for group in groups:
