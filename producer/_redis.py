@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
 import redis.cluster
 
 from toolfleet.shared.connect import async_client, is_cluster, is_cluster_url, sync_client
@@ -96,10 +97,6 @@ def redis_source(
         raise ConfigurationError(
             "no Redis URL: pass redis_url= (or redis_client=) or set TOOLFLEET_REDIS_URL"
         )
-    if asyncio and is_cluster_url(url):
-        raise ConfigurationError(
-            f"{redacted_url(url)}: AsyncToolClient does not serve a Redis Cluster; use ToolClient"
-        )
     return RedisSource(check_redis_url(url), None, redacted_url(url))
 
 
@@ -116,11 +113,13 @@ def pool_of(
 ) -> Any:
     """The connection pool of what the caller handed a client (``None`` when nothing).
 
-    A sync ``redis.cluster.RedisCluster`` stands for its own pool (it keeps one per node).
+    A ``redis.cluster.RedisCluster`` (or its asyncio twin) stands for its own pool (it
+    keeps one per node).
 
     Args:
         redis_client: a ``redis.Redis`` or ``redis.cluster.RedisCluster`` (sync), or a
-            ``redis.asyncio.Redis`` (asyncio), or None.
+            ``redis.asyncio.Redis`` or ``redis.asyncio.cluster.RedisCluster`` (asyncio),
+            or None.
         connection_pool: a ``redis.ConnectionPool`` or ``redis.asyncio.ConnectionPool``
             (or a subclass: blocking, Sentinel), or None.
         asyncio: whether the client is ``AsyncToolClient``.
@@ -137,9 +136,10 @@ def pool_of(
     pool_type = redis.asyncio.ConnectionPool if asyncio else redis.ConnectionPool
     flavour = "redis.asyncio" if asyncio else "redis (sync)"
     if is_cluster(redis_client):
-        if asyncio or not isinstance(redis_client, redis.cluster.RedisCluster):
-            raise ClientError("AsyncToolClient does not serve a Redis Cluster; use ToolClient")
-        if redis_client.get_encoder().decode_responses:  # type: ignore[no-untyped-call]
+        cluster_type = redis.asyncio.cluster.RedisCluster if asyncio else redis.cluster.RedisCluster
+        if not isinstance(redis_client, cluster_type):
+            raise ClientError(f"redis_client must be a {flavour} client, not {redis_client!r}")
+        if redis_client.get_encoder().decode_responses:
             raise ClientError("the Redis client must not decode responses (decode_responses=False)")
         return redis_client
     if redis_client is not None:
@@ -160,6 +160,9 @@ def pool_where(pool: Any) -> str:
     if isinstance(pool, redis.cluster.RedisCluster):
         nodes = ",".join(f"{n.host}:{n.port}" for n in pool.get_primaries())  # type: ignore[no-untyped-call]
         return f"redis+cluster://{nodes}"
+    if isinstance(pool, redis.asyncio.cluster.RedisCluster):
+        seeds = pool.nodes_manager.startup_nodes.values()
+        return "redis+cluster://" + ",".join(sorted(f"{n.host}:{n.port}" for n in seeds))
     kwargs = pool.connection_kwargs
     service = getattr(pool, "service_name", None)
     if service:
@@ -200,9 +203,16 @@ def sync_connection(
 
 
 def async_command_pool(source: Any, name: str, timeout_s: float, size: int) -> Any:
-    """The asyncio command pool: the caller's, or a blocking one of ``size`` connections."""
+    """The asyncio command pool: the caller's, or a blocking one of ``size`` connections.
+
+    On a cluster URL it is a ``redis.asyncio.cluster.RedisCluster`` (a pool per node, of
+    at most ``size`` connections each); a caller's cluster client is used as it is.
+    """
     if source.pool is not None:
         return source.pool
+    if is_cluster_url(source.url):
+        return async_client(source.url, max_connections=size, client_name=name,
+                            socket_timeout=timeout_s, socket_connect_timeout=timeout_s)  # fmt: skip
     return redis.asyncio.BlockingConnectionPool.from_url(
         source.url, max_connections=size, timeout=timeout_s, client_name=name,
         socket_timeout=timeout_s, socket_connect_timeout=timeout_s)  # fmt: skip
@@ -211,13 +221,23 @@ def async_command_pool(source: Any, name: str, timeout_s: float, size: int) -> A
 def async_reply_connection(source: Any, name: str, connect_timeout_s: float) -> redis.asyncio.Redis:
     """The asyncio reply listener's connection: one of its own, no socket timeout.
 
+    On a cluster it is a ``redis.asyncio.cluster.RedisCluster`` of its own (no socket
+    timeout), shared by the listeners of every group: each ``BLPOP`` holds one
+    connection to its list's master while it waits, and the cluster client follows
+    ``MOVED``/``ASK`` and topology changes. A caller's cluster client is used as it is.
+
     Keepalive instead of a read timeout: one that fires while the loop was busy would
     drop replies ``BLPOP`` had popped, and redis-py wraps timed writes in ``wait_for``,
     which on Python 3.11 can swallow a cancellation. Deadlines never depend on it (they
     are loop timers).
     """
+    if isinstance(source.pool, redis.asyncio.cluster.RedisCluster):
+        return source.pool  # type: ignore[return-value]  # it routes like a redis.asyncio.Redis
     if source.pool is not None:
         return redis.asyncio.Redis(connection_pool=source.pool)
+    if is_cluster_url(source.url):
+        return async_client(source.url, socket_timeout=None, client_name=name,  # type: ignore[return-value]
+                            socket_connect_timeout=connect_timeout_s)  # fmt: skip
     return async_client(source.url, socket_timeout=None, client_name=name,  # type: ignore[return-value]
                         single_connection_client=True,
                         socket_connect_timeout=connect_timeout_s,

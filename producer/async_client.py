@@ -27,10 +27,12 @@ from toolfleet.producer._core.calls import REDIS_FAILURES, Arguments, check_budg
 from toolfleet.producer._core.fleet import (
     CANCEL_QUEUED_SCRIPT,
     count_live,
+    merge_foreign_cancels,
     queue_find_queued,
     queue_foreign_cancel,
     read_routes,
 )
+from toolfleet.producer._core.keyspace import KeySpace
 from toolfleet.producer._redis import (
     FORKED_GIVEN_POOL,
     async_command_pool,
@@ -45,8 +47,10 @@ from toolfleet.producer.events import CallEvent
 from toolfleet.producer.follower import AsyncFollower
 from toolfleet.producer.publish import AsyncPublisher
 from toolfleet.producer.stream import TurnState, TurnStream
+from toolfleet.shared.connect import is_cluster
 from toolfleet.shared.errors import ClientError
 from toolfleet.shared.naming import extension_errors_key
+from toolfleet.shared.pipelines import pipeline
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.tenancy.enqueue import QuotaDefaults
 from toolfleet.shared.wire import CallContext, ToolCallRequest, ToolCallResult
@@ -93,16 +97,26 @@ class AsyncToolClient(ClientBase):
         timeout_s, ns, settings = self.settings.redis_timeout_s, self.namespace, self.settings
         name = f"toolfleet-producer-{self.client_id}"
         self._pool = async_command_pool(self._config, name, timeout_s, COMMAND_CONNECTIONS)
-        self._redis = redis.asyncio.Redis(connection_pool=self._pool)
+        # a cluster client is its own pool (one per node) and routes every command
+        cluster = is_cluster(self._pool)
+        pool = self._pool
+        self._redis: Any = pool if cluster else redis.asyncio.Redis(connection_pool=pool)
+        self._keys = KeySpace(ns, cluster, self.client_id)
+        self._core.prefix_of = self._keys.of_queue
         self._catalog = AsyncCatalogReader(self._redis, ns, settings.catalog_cache_s,
-                                           settings.worker_ttl_s)  # fmt: skip
+                                           settings.worker_ttl_s, self._keys)  # fmt: skip
         self._catalog.watch = self._core.slots.queues
         self._publisher = AsyncPublisher(self._redis, ns, QuotaDefaults.from_settings(settings),
-                                         settings.reply_ttl_s)  # fmt: skip
+                                         settings.reply_ttl_s, self._keys)  # fmt: skip
         self._follower = AsyncFollower(self._redis, self._core.following, self._core.table)
+        #: on a cluster: the one client the reply listeners of every group share
+        self._reply_cluster: Any = None
         self._listener = AsyncReplyListener(self._listener_connection, self.reply_to,
                                             self._core.table, self._redis, ns,
-                                            settings.reply_ttl_s)  # fmt: skip
+                                            settings.reply_ttl_s, self._keys)  # fmt: skip
+        #: on a cluster, a listener per queue group's reply list (the first one's timer
+        #: expires every call)
+        self._group_listeners: dict[str, AsyncReplyListener] = {}
 
     def _after_fork(self) -> None:
         """In a forked child: a fresh identity and state, bound to the child's first loop."""
@@ -113,8 +127,26 @@ class AsyncToolClient(ClientBase):
         self._per_process_state()
 
     def _listener_connection(self) -> redis.asyncio.Redis:
+        if self._reply_cluster is not None:
+            return self._reply_cluster  # type: ignore[no-any-return]
         name = f"toolfleet-reply-{self.client_id}"
-        return async_reply_connection(self._config, name, self.settings.redis_timeout_s)
+        client = async_reply_connection(self._config, name, self.settings.redis_timeout_s)
+        if is_cluster(client):
+            self._reply_cluster = client
+        return client
+
+    def _listen_on_groups(self) -> None:
+        """On a cluster: start a listener on each group's reply list calls were sent with."""
+        loop = self._listener.bind()
+        for key in self._keys.reply_lists():
+            if key == self.reply_to or key in self._group_listeners:
+                continue
+            listener = AsyncReplyListener(self._listener_connection, key, self._core.table,
+                                          self._redis, self.namespace, self.settings.reply_ttl_s,
+                                          self._keys, deadlines=False)  # fmt: skip
+            listener.loop = loop
+            listener.start()
+            self._group_listeners[key] = listener
 
     @override
     async def submit(self, function: str, arguments: Arguments = None, *,
@@ -246,9 +278,18 @@ class AsyncToolClient(ClientBase):
             while wait and self._core.table.in_flight:
                 await asyncio.sleep(0.01)
             await self._listener.stop()
+            for listener in self._group_listeners.values():
+                await listener.stop()
             await self._follower.stop()
             with contextlib.suppress(*REDIS_FAILURES):
-                await self._redis.delete(self.reply_to)
+                for key in {self.reply_to, *self._group_listeners}:
+                    await self._redis.delete(key)  # one by one: on a cluster, other slots
+        if self._reply_cluster is not None and self._reply_cluster is not self._config.pool:
+            await self._reply_cluster.aclose()
+        if is_cluster(self._redis):
+            if self._config.pool is None:  # a caller's cluster client is the caller's
+                await self._redis.aclose()
+            return
         await self._redis.aclose()
         if self._config.pool is None:  # a caller's pool is the caller's to close
             await self._pool.disconnect()
@@ -298,28 +339,34 @@ class AsyncToolClient(ClientBase):
         if isinstance(step, core.MarkResolved):
             return await self._listener.mark_within(step.call_ids)
         if isinstance(step, core.ReadExtensionErrors):
-            return await self._redis.hgetall(extension_errors_key(self.namespace))
+            return await self._redis.hgetall(extension_errors_key(self._keys.fleet))
         if isinstance(step, core.FindQueued):
-            pipe = self._redis.pipeline(transaction=False)
-            queue_find_queued(pipe, self.namespace, step.call_id, step.queues)
+            pipe = pipeline(self._redis)
+            for queue in step.queues:
+                queue_find_queued(pipe, self._keys.of_queue(queue), step.call_id, [queue])
             return await pipe.execute()
         if isinstance(step, core.AnswerQueued):
             script = self._redis.register_script(CANCEL_QUEUED_SCRIPT)
             return await script(keys=step.cancel.keys, args=step.cancel.args)
         if isinstance(step, core.ReadRoutes):
-            return await read_routes(self._redis.pipeline(transaction=False), step.keys, step.ttl_s)
+            return await read_routes(pipeline(self._redis), step.keys, step.ttl_s)
         if isinstance(step, core.CheckLive):
-            pipe = self._redis.pipeline(transaction=False)
-            return await count_live(pipe, self.namespace, step.queues, self.settings.worker_ttl_s)
+            pipe = pipeline(self._redis)
+            return await count_live(pipe, self._keys.fleet, step.queues, self.settings.worker_ttl_s)
         if isinstance(step, core.ForeignCancel):
-            pipe = self._redis.pipeline(transaction=False)
-            queue_foreign_cancel(pipe, self.namespace, step.call_id, self.settings.reply_ttl_s)
-            return await pipe.execute()
+            replies: list[Any] = []  # per group known: (finished, marked, receivers)
+            for prefix in self._keys.prefixes():
+                pipe = pipeline(self._redis)
+                queue_foreign_cancel(pipe, prefix, step.call_id, self.settings.reply_ttl_s)
+                replies.append(await pipe.execute())
+            return merge_foreign_cancels(replies)
         # never past the deadline: it settles the call
         wait_s = None if step.deadline is None else step.deadline - time.time()
         if isinstance(step, core.ReadCatalog):
             return await self._catalog.get(step.functions, wait_s=wait_s)
         prepared = self._publisher.prepare(step.items, step.no_breaker, step.keys)
+        if self._keys.cluster:  # a reply listener on each group these calls go to
+            self._listen_on_groups()
         if step.then is not None:  # sent by the publisher's task
             self._publisher.send(prepared, step.deadline, step.then)
             # a turn of the loop for the publisher: a caller submitting in a tight loop

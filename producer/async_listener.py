@@ -22,7 +22,10 @@ import redis.asyncio
 from toolfleet.producer._core.fleet import outcomes_of, queue_resolved
 from toolfleet.producer._core.pending import PendingTable
 from toolfleet.producer.listener import DRAIN_BATCH, MARK_WAIT_S, MAX_WAIT_S
+from toolfleet.shared.connect import is_cluster
 from toolfleet.shared.errors import ClientError
+from toolfleet.shared.layout import KeyLayout
+from toolfleet.shared.pipelines import pipeline
 from toolfleet.shared.wire import ToolCallResult
 
 __all__ = ["AsyncCallFuture", "AsyncReplyListener"]
@@ -45,7 +48,11 @@ class AsyncReplyListener:
     written on ``commands`` within :data:`~toolfleet.producer.listener.MARK_WAIT_S`.
 
     Arguments as for :class:`~toolfleet.producer.listener.ReplyListener`, with
-    ``redis.asyncio`` clients (``connect`` makes one of a single connection).
+    ``redis.asyncio`` clients (``connect`` makes one of a single connection, or hands out
+    the client's one ``redis.asyncio.cluster.RedisCluster`` for replies, which the
+    listener then never closes: each group's ``BLPOP`` holds a connection of its own
+    from it). On a cluster the client has one listener per queue group's reply list;
+    only the first arms the deadline timer (``deadlines``).
     """
 
     def __init__(
@@ -56,8 +63,13 @@ class AsyncReplyListener:
         commands: redis.asyncio.Redis,
         namespace: str,
         ttl_s: int,
+        keys: KeyLayout | None = None,
+        *,
+        deadlines: bool = True,
     ) -> None:
         self._connect = connect
+        self._keys = keys or KeyLayout(namespace, False)
+        self._deadlines = deadlines
         self._commands, self._namespace, self._ttl_s = commands, namespace, ttl_s
         self.key = key
         self.table = table
@@ -90,7 +102,7 @@ class AsyncReplyListener:
         """Arm the timer for the table's earliest deadline (on the loop's thread)."""
         if self._timer is not None:
             self._timer.cancel()
-        earliest = self.table.next_deadline()
+        earliest = self.table.next_deadline() if self._deadlines else None
         if earliest is not None and not self._stopping:
             delay_s = max(0.0, earliest - time.time())
             self._timer = asyncio.get_running_loop().call_later(delay_s, self._fire)
@@ -120,13 +132,17 @@ class AsyncReplyListener:
             self._soon(self._mark([call_id]))
 
     async def _mark(self, call_ids: list[str]) -> list[bytes | None]:
-        pipe = self._commands.pipeline(transaction=True)
-        queue_resolved(pipe, self._namespace, call_ids, self._ttl_s)
+        found: list[bytes | None] = [None] * len(call_ids)
         try:
-            return outcomes_of(await pipe.execute())
+            for prefix in self._keys.prefixes():  # one MULTI per group (one slot each)
+                pipe = pipeline(self._commands, transaction=True)
+                queue_resolved(pipe, prefix, call_ids, self._ttl_s)
+                outcomes = outcomes_of(await pipe.execute())
+                found = [mine or theirs for mine, theirs in zip(found, outcomes, strict=True)]
         except (redis.RedisError, OSError) as exc:  # best effort: the callers have results
             log.warning("could not cancel %d call(s) in the fleet: %s", len(call_ids), exc)
             raise
+        return found
 
     async def _expire(self, call_ids: list[str]) -> None:
         self.table.expire(call_ids, await self.mark_within(call_ids))
@@ -165,15 +181,17 @@ class AsyncReplyListener:
                     backoff = 0.05
                 except redis.RedisError as exc:
                     log.warning("reply listener: %s; reconnecting in %.2f s", exc, backoff)
-                    await _close(client)
-                    client = None
+                    if not is_cluster(client):  # a cluster client is shared and reconnects
+                        await _close(client)
+                        client = None
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 2.0)
                 except Exception:  # pragma: no cover - keep the listener alive whatever happens
                     log.exception("reply listener error")
                     await asyncio.sleep(0.1)
         finally:
-            await _close(client)
+            if not is_cluster(client):  # the shared cluster client is closed by its owner
+                await _close(client)
 
 
 async def _close(client: redis.asyncio.Redis | None) -> None:

@@ -199,15 +199,23 @@ class AsyncCatalogReader:
         namespace: key prefix.
         cache_s: seconds a snapshot is trusted.
         worker_ttl_s: a heartbeat older than this does not count as live.
+        keys: the client's key prefixes (on a cluster: the fleet's slot and each group's);
+            ``None``: those of ``namespace`` on a plain Redis.
     """
 
     MISS_REFRESH_S = CatalogReader.MISS_REFRESH_S
 
     def __init__(
-        self, client: redis.asyncio.Redis, namespace: str, cache_s: float, worker_ttl_s: float
+        self,
+        client: redis.asyncio.Redis,
+        namespace: str,
+        cache_s: float,
+        worker_ttl_s: float,
+        keys: KeySpace | None = None,
     ) -> None:
         self.client = client
         self.namespace = namespace
+        self.keys = keys or KeySpace(namespace, False, "")
         self.cache_s = cache_s
         self.worker_ttl_s = worker_ttl_s
         self._snapshot: Catalog | None = None
@@ -250,14 +258,14 @@ class AsyncCatalogReader:
                 self._snapshot = fresh
 
     async def _read(self) -> Catalog:
-        first = self.client.pipeline(transaction=False)
-        for command in _entry_commands(self.namespace):
+        first = pipeline(self.client)
+        for command in _entry_commands(self.keys.fleet):
             getattr(first, command[0])(*command[1:])
         entries = _listed(await first.execute(), self.worker_ttl_s)
+        self.keys.learn(entries)
         queues = _queues(entries, self.watch)
         pipe = pipeline(self.client)
-        plain = KeySpace(self.namespace, False, "")  # asyncio: a plain Redis only
-        for command in _status_commands(plain, queues, self.worker_ttl_s):
+        for command in _status_commands(self.keys, queues, self.worker_ttl_s):
             getattr(pipe, command[0])(*command[1:])
         return _snapshot(entries, queues, await pipe.execute(), self._seen)
 

@@ -114,6 +114,7 @@ class ToolClient(ClientBase):
         self._redis = self._connection("producer")
         ns, settings = self.namespace, self.settings
         self._keys = KeySpace(ns, is_cluster(self._redis), self.client_id)
+        self._core.prefix_of = self._keys.of_queue
         self._catalog = CatalogReader(self._redis, ns, settings.catalog_cache_s,
                                       settings.worker_ttl_s, self._keys)  # fmt: skip
         self._catalog.watch = self._core.slots.queues

@@ -20,10 +20,16 @@ import redis.asyncio
 
 from toolfleet.producer._core.follow import POLL_S, Following
 from toolfleet.producer._core.pending import PendingTable
+from toolfleet.shared.connect import is_cluster
 
 __all__ = ["AsyncFollower", "Follower"]
 
 log = logging.getLogger("toolfleet.producer")
+
+
+def _mget(client: Any, keys: list[str]) -> Any:
+    """``MGET keys``; on a cluster one ``MGET`` per slot (the duplicates' groups differ)."""
+    return client.mget_nonatomic(keys) if is_cluster(client) else client.mget(keys)
 
 
 def _answer(following: Following, table: PendingTable, ids: list[str], raws: Any) -> None:
@@ -74,7 +80,7 @@ class Follower:
             if _forget_resolved(self.following, self.table, ids):
                 continue
             try:
-                _answer(self.following, self.table, ids, self.client.mget(keys))
+                _answer(self.following, self.table, ids, _mget(self.client, keys))
             except (redis.RedisError, OSError) as exc:
                 log.warning("could not read the outcomes duplicates wait for: %s", exc)
             threading.Event().wait(POLL_S)
@@ -116,7 +122,7 @@ class AsyncFollower:
             if _forget_resolved(self.following, self.table, ids):
                 continue
             try:
-                _answer(self.following, self.table, ids, await self.client.mget(keys))
+                _answer(self.following, self.table, ids, await _mget(self.client, keys))
             except (redis.RedisError, OSError) as exc:
                 log.warning("could not read the outcomes duplicates wait for: %s", exc)
             await asyncio.sleep(POLL_S)

@@ -474,6 +474,8 @@ class AsyncPublisher:
         quotas: quotas of accounts without their own (``None``: no limit).
         idempotency_ttl_s: seconds an idempotency key's record outlives its call's
             deadline (the ``reply_ttl_s`` setting).
+        keys: the client's key prefixes (a call's keys in its queue's group on a cluster);
+            ``None``: ``namespace`` on a plain Redis.
     """
 
     def __init__(
@@ -482,9 +484,10 @@ class AsyncPublisher:
         namespace: str,
         quotas: QuotaDefaults | None = None,
         idempotency_ttl_s: float = 300.0,
+        keys: KeySpace | None = None,
     ) -> None:
         self._client = client
-        self._dispatch = _Dispatch(namespace, quotas, idempotency_ttl_s)
+        self._dispatch = _Dispatch(namespace, quotas, idempotency_ttl_s, keys)
         self._script = client.register_script(ENQUEUE_SCRIPT)
         self._waiting: list[_Entry] = []
         self._flushing: asyncio.Task[None] | None = None

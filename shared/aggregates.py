@@ -45,7 +45,7 @@ import bisect
 import math
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -372,39 +372,44 @@ class _Reader(Protocol):
 
 
 def read_window(
-    client: _Reader, namespace: str, since_s: float, until_s: float | None = None
+    client: _Reader, namespace: str | Sequence[str], since_s: float, until_s: float | None = None
 ) -> Window:
     """Read the minutes from ``since_s`` to ``until_s`` (epoch seconds, both included).
 
-    One pipelined round trip holding one ``HGETALL`` per minute, at most
+    One pipelined round trip holding one ``HGETALL`` per minute and prefix, at most
     :data:`MAX_WINDOW_MINUTES` (the newest ones of a longer range): bounded by the
     range, never by how many calls were made.
 
     Args:
         client: a redis-py client.
-        namespace: the key prefix.
+        namespace: the key prefix, or several (on a cluster each queue group's: a group's
+            workers write its minutes in its slot); their counts add up.
         since_s: the range's start, epoch seconds.
         until_s: its end (default: now).
 
     Returns:
         The :class:`Window`; hash fields it does not understand are skipped.
     """
+    prefixes = [namespace] if isinstance(namespace, str) else list(namespace)
     last = minute_of(time.time() if until_s is None else until_s)
     first = max(minute_of(since_s), last - (MAX_WINDOW_MINUTES - 1) * 60)
     starts = list(range(first, last + 1, 60))
     pipe = client.pipeline(transaction=False)
     for start in starts:
-        pipe.hgetall(aggregates_key(namespace, start))
+        for prefix in prefixes:
+            pipe.hgetall(aggregates_key(prefix, start))
+    replies = pipe.execute()
     minutes = []
-    for start, raw in zip(starts, pipe.execute(), strict=True):
-        if raw:
-            minutes.append(_minute(start, raw))
+    for i, start in enumerate(starts):
+        raws = [raw for raw in replies[i * len(prefixes) : (i + 1) * len(prefixes)] if raw]
+        if raws:
+            minutes.append(_minute(start, raws))
     return Window(minutes)
 
 
-def _minute(start_s: int, raw: Mapping[Any, Any]) -> Minute:
+def _minute(start_s: int, raws: Sequence[Mapping[Any, Any]]) -> Minute:
     minute = Minute(start_s)
-    for key, value in raw.items():
+    for key, value in (item for raw in raws for item in raw.items()):
         try:
             parts = codec.loads(key)
             count = int(value)

@@ -85,6 +85,7 @@ __all__ = [
     "function_name",
     "function_names",
     "idempotency_key",
+    "idempotency_namespace",
     "inflight_key",
     "is_extension_function",
     "lane_key",
@@ -101,6 +102,7 @@ __all__ = [
     "route_key",
     "reply_namespace",
     "sanitize_slug",
+    "SLOT_INFIX",
     "slot_lock_key",
     "slots_key",
     "switches_key",
@@ -241,6 +243,10 @@ def default_queue_for(slug: str) -> str:
     return "tools." + _NOT_QUEUE.sub("_", slug)
 
 
+#: What stands between a queue's name and a slot's in :func:`affinity_queue_for`.
+SLOT_INFIX = ".slot."
+
+
 def affinity_queue_for(queue: str, slot: str) -> str:
     """The queue only worker slot ``slot`` consumes, for calls with session affinity.
 
@@ -249,7 +255,7 @@ def affinity_queue_for(queue: str, slot: str) -> str:
     supervisor, index): a process that dies is replaced in the same slot and serves
     the same queue.
     """
-    return f"{queue}.slot.{_NOT_QUEUE.sub('_', slot)}"
+    return f"{queue}{SLOT_INFIX}{_NOT_QUEUE.sub('_', slot)}"
 
 
 def actor_name_for(queue: str) -> str:
@@ -528,6 +534,11 @@ def idempotency_key(namespace: str, account: str | None, key: str, index: int | 
     ``submit``/``call``), so a turn's calls and a single call never share a record.
     """
     return f"{namespace}:idempotency:{_digest([account, key, index])}"
+
+
+def idempotency_namespace(record: str) -> str:
+    """The key prefix an :func:`idempotency_key` record was made with (a group's, on a cluster)."""
+    return record.rpartition(":idempotency:")[0]
 
 
 def _digest(parts: list[Any]) -> str:

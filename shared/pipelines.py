@@ -15,11 +15,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
+import redis.asyncio.cluster
 from redis.exceptions import AskError, MovedError, RedisClusterException, TryAgainError
 
 from toolfleet.shared.connect import ClusterUnavailableError, is_cluster
 
-__all__ = ["InOrder", "on_one_connection", "pipeline"]
+__all__ = ["AsyncInOrder", "InOrder", "on_one_connection", "pipeline"]
 
 #: Attempts of :func:`on_one_connection` on a cluster that redirects (``MOVED``, ``ASK``)
 #: or answers ``TRYAGAIN``, and the seconds slept before a ``TRYAGAIN`` retry (the last
@@ -72,12 +73,39 @@ class InOrder:
         return replies
 
 
+class AsyncInOrder(InOrder):
+    """:class:`InOrder` for ``redis.asyncio.cluster.RedisCluster``: ``await execute()``."""
+
+    async def execute(self, raise_on_error: bool = True) -> list[Any]:  # type: ignore[override]
+        """Send every queued command in order, awaiting each; their replies.
+
+        Raises:
+            redis.RedisError: as :meth:`InOrder.execute`.
+        """
+        stack, self.command_stack = self.command_stack, []
+        replies: list[Any] = []
+        for method, args, kwargs in stack:
+            try:
+                replies.append(await method(*args, **kwargs))
+            except redis.ConnectionError:
+                raise
+            except redis.RedisError as exc:
+                if raise_on_error:
+                    raise
+                replies.append(exc)
+        return replies
+
+
 def pipeline(client: Any, *, transaction: bool = False) -> Any:
     """``client.pipeline(transaction=...)``, or an :class:`InOrder` one on a cluster.
+
+    On an asyncio cluster client it is an :class:`AsyncInOrder`.
 
     On a cluster, ``transaction`` is not kept: the commands run in order, not as one
     ``MULTI`` (each caller's order is what its correctness rests on).
     """
+    if isinstance(client, redis.asyncio.cluster.RedisCluster):
+        return AsyncInOrder(client)
     if is_cluster(client):
         return InOrder(client)
     return client.pipeline(transaction=transaction)

@@ -11,11 +11,13 @@ import redis
 from pydantic import BaseModel, ConfigDict, Field
 
 from toolfleet.shared import Extension, ExtensionContext, Status, Tool
+from toolfleet.shared.connect import sync_client
 from toolfleet.shared.errors import ERROR_FOR_STATUS, NotAvailableError
 
 
 def _redis() -> redis.Redis:
-    return redis.Redis.from_url(os.environ["TOOLFLEET_REDIS_URL"])
+    """A client of the worker's Redis: a cluster client for a ``redis+cluster://`` URL."""
+    return sync_client(os.environ["TOOLFLEET_REDIS_URL"])  # type: ignore[return-value]
 
 
 class Seconds(BaseModel):

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import time
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
 import redis.cluster
 
-from conftest import TESTS, toolfleet_command, unavailable
+from conftest import TEST_QUEUE, TESTS, toolfleet_command, unavailable
 from private_redis import Server, free_port, start_server
-from toolfleet.shared.naming import fleet_namespace, workers_key
+from toolfleet.shared.naming import fleet_namespace, group_namespace, workers_key
+
+#: The queue of the BFCL tools (the second group's).
+BFCL_QUEUE = "tools.bfcl"
 
 
 @dataclass
@@ -124,10 +130,15 @@ def start_group(
     folder: Path,
     env: dict[str, str] | None = None,
     extra: list[str] | None = None,
+    *,
+    processes: int = 1,
+    threads: int = 2,
+    extension: str = "fleet_tools:extension",
 ) -> Group:
-    """``toolfleet worker --queue-group GROUP -Q QUEUE`` (1 process, 2 threads) on ``cluster``;
-    ``env`` adds to or overrides its environment (``TOOLFLEET_CLAIM_REPLICAS``...), ``extra``
-    adds to its arguments (``--extension once_tools:extension -Q tools.once``)."""
+    """``toolfleet worker --queue-group GROUP -Q QUEUE`` (``processes`` × ``threads``, 1 × 2 by
+    default) on ``cluster``; ``env`` adds to or overrides its environment
+    (``TOOLFLEET_CLAIM_REPLICAS``...), ``extra`` adds to its arguments
+    (``--extension once_tools:extension -Q tools.once``)."""
     env = {
         **os.environ,
         "PYTHONPATH": str(TESTS),
@@ -140,16 +151,17 @@ def start_group(
         "TOOLFLEET_METRICS_PORT": "0",
         **(env or {}),
     }
-    argv = [toolfleet_command(), "worker", "-p", "1", "-t", "2", "--queue-group", group,
-            "--extension", "fleet_tools:extension", "-Q", queue, *(extra or [])]  # fmt: skip
+    argv = [toolfleet_command(), "worker", "-p", str(processes), "-t", str(threads),
+            "--queue-group", group, "--extension", extension, "-Q", queue,
+            *(extra or [])]  # fmt: skip
     log_path = folder / f"worker-{group}-{len(list(folder.glob(f'worker-{group}*.log')))}.log"
     process = subprocess.Popen(argv, env=env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
     return Group(group, queue, process, log_path)
 
 
 def wait_live(client: redis.cluster.RedisCluster, ns: str, groups: list[Group]) -> None:
-    """Wait until a worker of every group beats on its queue."""
-    deadline = time.monotonic() + 60
+    """Wait until a worker of every group beats on its queue (3 minutes: a loaded machine)."""
+    deadline = time.monotonic() + 180
     fleet = fleet_namespace(ns, cluster=True)
     while time.monotonic() < deadline:
         for group in groups:
@@ -160,3 +172,75 @@ def wait_live(client: redis.cluster.RedisCluster, ns: str, groups: list[Group]) 
             return
         time.sleep(0.1)
     raise AssertionError("workers not live:\n" + "\n".join(g.log() for g in groups))
+
+
+def groups_on_two_masters(cluster: Cluster) -> tuple[str, str]:
+    """Two group names whose hash tags are served by different masters."""
+    first = "alpha"
+    home = cluster.master_of(group_namespace("tf", first, cluster=True))
+    for i in range(100):
+        other = f"beta{i}"
+        if cluster.master_of(group_namespace("tf", other, cluster=True)) != home:
+            return first, other
+    raise AssertionError("no second group name on another master")
+
+
+@dataclass
+class ClusterFleet:
+    """The cluster, its namespace and the two groups' workers."""
+
+    cluster: Cluster
+    namespace: str
+    test_group: Group
+    bfcl_group: Group
+
+    @property
+    def url(self) -> str:
+        return self.cluster.url
+
+    def prefix(self, group: Group) -> str:
+        return group_namespace(self.namespace, group.name, cluster=True)
+
+    def env(self) -> dict[str, str]:
+        """The environment of a CLI command or producer process on this fleet."""
+        return {**os.environ, "TOOLFLEET_REDIS_URL": self.url,
+                "TOOLFLEET_NAMESPACE": self.namespace}  # fmt: skip
+
+
+def stop_groups(groups: list[Group]) -> None:
+    """Stop worker processes (SIGTERM, then SIGKILL after 30 s) and wait for them."""
+    for group in groups:
+        if group.process.poll() is None:
+            group.process.terminate()
+    for group in groups:
+        try:
+            group.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            group.process.kill()
+            group.process.wait()
+
+
+@contextlib.contextmanager
+def cluster_fleet(folder: Path) -> Iterator[ClusterFleet]:
+    """A 3-master cluster with two queue groups on two masters: the test queue, the BFCL one.
+
+    Everything is stopped on exit: the workers, then every redis-server.
+    """
+    cluster = start_cluster(folder, masters=3)
+    groups: list[Group] = []
+    try:
+        first, second = groups_on_two_masters(cluster)
+        ns = f"tfc-{uuid.uuid4().hex[:6]}"
+        groups = [
+            start_group(cluster, ns, first, TEST_QUEUE, folder),
+            start_group(cluster, ns, second, BFCL_QUEUE, folder),
+        ]
+        client = cluster.client()
+        try:
+            wait_live(client, ns, groups)
+        finally:
+            client.close()
+        yield ClusterFleet(cluster, ns, groups[0], groups[1])
+    finally:
+        stop_groups(groups)
+        cluster.stop()

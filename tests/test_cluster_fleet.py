@@ -5,89 +5,32 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 import redis
 import redis.cluster
-from private_cluster import Cluster, Group, start_cluster, start_group, wait_live
+from private_cluster import ClusterFleet, cluster_fleet
 
-from conftest import TEST_QUEUE, toolfleet_command
+from conftest import toolfleet_command
 from toolfleet.producer import ToolClient
 from toolfleet.shared.connect import sync_client
 from toolfleet.shared.naming import (
     broker_heartbeats_key,
     catalog_key,
     fleet_namespace,
-    group_namespace,
     reply_key,
 )
 from toolfleet.shared.wire import Status
 
 F = "ext_fleet_test_"
 FACTORIAL = "ext_bfcl_math_factorial"
-BFCL_QUEUE = "tools.bfcl"
-
-
-def _groups_on_two_masters(cluster: Cluster) -> tuple[str, str]:
-    """Two group names whose hash tags are served by different masters."""
-    first = "alpha"
-    home = cluster.master_of(group_namespace("tf", first, cluster=True))
-    for i in range(100):
-        other = f"beta{i}"
-        if cluster.master_of(group_namespace("tf", other, cluster=True)) != home:
-            return first, other
-    raise AssertionError("no second group name on another master")
-
-
-@dataclass
-class ClusterFleet:
-    """The cluster, its namespace and the two groups' workers."""
-
-    cluster: Cluster
-    namespace: str
-    test_group: Group
-    bfcl_group: Group
-
-    @property
-    def url(self) -> str:
-        return self.cluster.url
-
-    def prefix(self, group: Group) -> str:
-        return group_namespace(self.namespace, group.name, cluster=True)
 
 
 @pytest.fixture(scope="module")
 def cfleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterFleet]:
-    folder = tmp_path_factory.mktemp("cfleet")
-    cluster = start_cluster(folder, masters=3)
-    groups: list[Group] = []
-    try:
-        first, second = _groups_on_two_masters(cluster)
-        ns = f"tfc-{uuid.uuid4().hex[:6]}"
-        groups = [
-            start_group(cluster, ns, first, TEST_QUEUE, folder),
-            start_group(cluster, ns, second, BFCL_QUEUE, folder),
-        ]
-        client = cluster.client()
-        try:
-            wait_live(client, ns, groups)
-        finally:
-            client.close()
-        yield ClusterFleet(cluster, ns, groups[0], groups[1])
-    finally:
-        for group in groups:
-            if group.process.poll() is None:
-                group.process.terminate()
-        for group in groups:
-            try:
-                group.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                group.process.kill()
-                group.process.wait()
-        cluster.stop()
+    with cluster_fleet(tmp_path_factory.mktemp("cfleet")) as fleet:
+        yield fleet
 
 
 @pytest.fixture

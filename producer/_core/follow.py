@@ -49,10 +49,15 @@ class Following:
         self._lock = threading.Lock()
         self._waiting: dict[str, tuple[ToolCallRequest, str]] = {}
 
-    def add(self, request: ToolCallRequest, first_id: str) -> None:
-        """Wait for the outcome of call ``first_id`` to answer ``request``."""
+    def add(self, request: ToolCallRequest, first_id: str, prefix: str | None = None) -> None:
+        """Wait for the outcome of call ``first_id`` to answer ``request``.
+
+        ``prefix``: the key prefix of the first call's keys (its group's on a cluster: the
+        idempotency record's); ``None``: :attr:`namespace`.
+        """
+        outcome = outcome_key(prefix or self.namespace, first_id)
         with self._lock:
-            self._waiting[request.id] = (request, first_id)
+            self._waiting[request.id] = (request, outcome)
 
     def __len__(self) -> int:
         with self._lock:
@@ -62,7 +67,7 @@ class Following:
         """``(ids of the waiting duplicates, the outcome keys they wait for)``, in one order."""
         with self._lock:
             items = list(self._waiting.items())
-        return [own for own, _ in items], [outcome_key(self.namespace, f) for _, (_, f) in items]
+        return [own for own, _ in items], [key for _, (_, key) in items]
 
     def settle(
         self, ids: Sequence[str], raws: Sequence[bytes | None], holds: set[str]

@@ -64,7 +64,7 @@ from toolfleet.shared.errors import ClientClosedError, IdempotencyKeyError
 from toolfleet.shared.extension_errors import current_errors
 from toolfleet.shared.idempotency import Duplicate, Idempotency, fingerprint, misuse_message
 from toolfleet.shared.metric_labels import function_label
-from toolfleet.shared.naming import idempotency_key, reply_namespace
+from toolfleet.shared.naming import idempotency_key, idempotency_namespace, reply_namespace
 from toolfleet.shared.tenancy.enqueue import Refused
 from toolfleet.shared.wire import CallContext, Status, ToolCallRequest, ToolCallResult
 
@@ -231,6 +231,8 @@ class ProducerCore:
         self.identity = Identity.new(config.namespace)
         self.table = PendingTable(on_settled, on_cancel, on_earliest)
         self.following = Following(config.namespace)
+        #: the key prefix of a queue's calls (its group's on a cluster; the shell sets it)
+        self.prefix_of: Callable[[str], str] = lambda _queue: config.namespace
         self._on_follow = on_follow
         self.lengths = QueueLengths(config.settings.max_queue_length)
         self.slots = SlotWatch()
@@ -261,7 +263,7 @@ class ProducerCore:
             raise ClientClosedError("the client is closed") from None
 
     def idempotency(
-        self, request: ToolCallRequest, key: Any, index: int | None = None
+        self, request: ToolCallRequest, key: Any, index: int | None = None, queue: str = ""
     ) -> Idempotency | None:
         """The idempotency key of ``request`` ready for the enqueue script (``None``: none).
 
@@ -269,6 +271,8 @@ class ProducerCore:
             request: the call.
             key: the caller's key, or ``None``.
             index: the call's position in a turn made under ``key``.
+            queue: the queue the call is published on: its record is in the queue's
+                group's slot (:attr:`prefix_of`), beside the call's other keys.
 
         Raises:
             ClientError: a key that is not a non-empty string of at most 256 characters.
@@ -276,7 +280,8 @@ class ProducerCore:
         if key is None:
             return None
         key = check_idempotency_key(key)
-        record = idempotency_key(self.config.namespace, request.context.account, key, index)
+        prefix = self.prefix_of(queue) if queue else self.config.namespace
+        record = idempotency_key(prefix, request.context.account, key, index)
         return Idempotency(key, record, fingerprint(request.function, request.arguments))
 
     def published(
@@ -305,7 +310,8 @@ class ProducerCore:
                 message = misuse_message(idempotency.key if idempotency else "")
                 self.table.resolve(request.id, Status.REJECTED, message, queued_s=0.0)
                 raise IdempotencyKeyError(message)
-            self.following.add(request, outcome.call_id)
+            prefix = idempotency_namespace(idempotency.record) if idempotency else ""
+            self.following.add(request, outcome.call_id, prefix or None)
             if self._on_follow is not None:
                 self._on_follow()
             return
@@ -354,7 +360,8 @@ class ProducerCore:
             ClientError: a bad ``idempotency_key``.
             IdempotencyKeyError: ``idempotency_key`` was used for a different call.
         """
-        idempotency = self.idempotency(request, idempotency_key)
+        if idempotency_key is not None:
+            check_idempotency_key(idempotency_key)  # before anything is read or published
         try:
             catalog = yield ReadCatalog(request.function, request.deadline)
         except REDIS_FAILURES as exc:
@@ -367,6 +374,7 @@ class ProducerCore:
             refused = local_result(request, admitted.status, admitted.message)
             settle(future, self._refused(refused, request.context))
             return
+        idempotency = self.idempotency(request, idempotency_key, queue=admitted)
         ((admitted, request),) = yield from self._route([(admitted, request)], catalog)
         if not (yield TakeSlot(None)):
             wait_s = self.slot_wait_s(request.deadline)
@@ -453,11 +461,13 @@ class ProducerCore:
                 state.answer(call.index, self._refused(prepared, ctx))
                 continue
             admitted.append((call, prepared))
+        queues = {call.index: queue_name for call, (queue_name, _) in admitted}
         if isinstance(catalog, Catalog):
             places = yield from self._route([item for _, item in admitted], catalog)
             admitted = [(call, place) for (call, _), place in zip(admitted, places, strict=True)]
         for call, (queue_name, request) in admitted:
-            idempotency = self.idempotency(request, idempotency_key, call.index)
+            queue = queues[call.index]
+            idempotency = self.idempotency(request, idempotency_key, call.index, queue)
             if idempotency is not None:
                 keys[request.id] = idempotency
             if not (yield TakeSlot(None)):
@@ -583,9 +593,10 @@ class ProducerCore:
         catalog has not read yet. When Redis fails here the calls go to their own queues
         (their publish meets the same Redis).
         """
-        ns = self.config.namespace
         wanted = [
-            (i, key) for i, (_, r) in enumerate(items) if (key := route_key_of(r, catalog, ns))
+            (i, key)
+            for i, (queue, r) in enumerate(items)
+            if (key := route_key_of(r, catalog, self.prefix_of(queue)))
         ]
         if not wanted:
             return items

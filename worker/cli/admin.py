@@ -178,8 +178,9 @@ def check(
     fleet_mcp: dict[str, int] | None = None
     reported: dict[bytes, bytes] = {}
     if client is not None:
-        reported = client.hgetall(extension_errors_key(settings.namespace))  # type: ignore[assignment]
-        fleet_mcp = _fleet_mcp_processes(client, settings.namespace, settings.worker_ttl_s)
+        fleet = fleet_copy(client, settings.namespace)  # the fleet's slot on a cluster
+        reported = client.hgetall(extension_errors_key(fleet))  # type: ignore[assignment]
+        fleet_mcp = _fleet_mcp_processes(client, fleet, settings.worker_ttl_s)
         client.close()
     table = Table("extension", "version", "functions", "queue", "MCP server")
     for slug, extension in sorted(registry.extensions.items()):

@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 import redis
+import redis.cluster
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from rich.console import Console, Group
@@ -20,6 +21,7 @@ from rich.table import Column, Table
 
 from toolfleet.producer.catalog import read_entries
 from toolfleet.shared import codec
+from toolfleet.shared.layout import KeyLayout
 from toolfleet.shared.naming import (
     catalog_workers_key,
     dead_letters_key,
@@ -50,15 +52,18 @@ def _watching_client(ctx: click.Context) -> redis.Redis:
     return ctx.obj.redis(socket_timeout=5, retry=Retry(NoBackoff(), 0))  # type: ignore[no-any-return]
 
 
-def _recent_events(client: redis.Redis, namespace: str, window_s: float) -> list[dict[str, Any]]:
+def _recent_events(client: redis.Redis, layout: KeyLayout, window_s: float) -> list[dict[str, Any]]:
+    """The last ``window_s`` seconds of events of every group's stream (one on a plain Redis)."""
     since_ms = int((time.time() - window_s) * 1000)
-    rows: Any = client.xrange(events_key(namespace), min=f"{since_ms}-0", max="+", count=100_000)
     out = []
-    for _id, fields in rows:
-        try:
-            out.append(codec.loads(fields[b"event"]))
-        except (KeyError, codec.DecodeError):
-            continue
+    for prefix in layout.prefixes():
+        key = events_key(prefix)
+        rows: Any = client.xrange(key, min=f"{since_ms}-0", max="+", count=100_000)
+        for _id, fields in rows:
+            try:
+                out.append(codec.loads(fields[b"event"]))
+            except (KeyError, codec.DecodeError):
+                continue
     return out
 
 
@@ -81,17 +86,19 @@ def render_top(
     (:func:`~toolfleet.producer.catalog.read_entries`); a heartbeat older than
     ``worker_ttl_s`` seconds does not count.
     """
-    by_name = read_entries(client, namespace, worker_ttl_s)
+    layout = KeyLayout.of(client, namespace)  # on a cluster: the fleet's slot, each group's
+    by_name = read_entries(client, layout.fleet, worker_ttl_s)
+    layout.learn(by_name)
     entries = list(by_name.values())
     queues = sorted({str(e.get("queue")) for e in entries})
     since = time.time() - worker_ttl_s
     pipe = client.pipeline(transaction=False)
     for queue in queues:
-        pipe.hlen(queue_msgs_key(namespace, queue))
-        pipe.zcard(dead_letters_key(namespace, queue))
-        pipe.zrangebyscore(workers_key(namespace, queue), since, "+inf")
+        pipe.hlen(queue_msgs_key(layout.of_queue(queue), queue))
+        pipe.zcard(dead_letters_key(layout.of_queue(queue), queue))
+        pipe.zrangebyscore(workers_key(layout.fleet, queue), since, "+inf")
     for name in sorted(by_name):
-        pipe.zcount(catalog_workers_key(namespace, name), since, "+inf")
+        pipe.zcount(catalog_workers_key(layout.fleet, name), since, "+inf")
     values = pipe.execute() if queues else []
     queue_table = Table("queue", "depth", "dead letters", "live workers", title="queues")
     workers: set[str] = set()
@@ -113,7 +120,7 @@ def render_top(
     for host, count in sorted(hosts.items()):
         worker_table.add_row(host, str(count))
     events = [
-        e for e in _recent_events(client, namespace, window_s) if e.get("kind") == "tool_responded"
+        e for e in _recent_events(client, layout, window_s) if e.get("kind") == "tool_responded"
     ]
     by_function: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for event in events:
@@ -139,7 +146,8 @@ def render_top(
             ", ".join(f"{s}: {n}" for s, n in sorted(errors.items())) or "-",
         )
     names = sorted(str(e.get("name")) for e in entries)
-    tenancy = tenancy_tables(client, namespace, names, queues)
+    queue_of = {name: str(entry.get("queue")) for name, entry in by_name.items()}
+    tenancy = tenancy_tables(client, layout, names, queues, queue_of)
     return Group(queue_table, catalog_table, worker_table, function_table, *tenancy)
 
 
@@ -216,27 +224,74 @@ def _follow(
 def events(ctx: click.Context, count: int, from_start: bool) -> None:
     """Tail the lifecycle events stream as JSON lines."""
     client = _watching_client(ctx)
-    key = events_key(ctx.obj.settings.namespace)
+    layout = KeyLayout.of(client, ctx.obj.settings.namespace)
     outage = Outage(ctx.obj.settings.redis_url)
-    last = "0-0" if from_start else "$"
-    seen = 0
+    start = "0-0" if from_start else "$"
+    last: dict[Any, Any] = {}  # stream -> the id read up to
+    seen, groups_read_at = 0, 0.0
     try:
         while not count or seen < count:
             try:
-                batch: Any = client.xread({key: last}, block=1000, count=100)
+                if layout.cluster and time.monotonic() - groups_read_at > GROUPS_EVERY_S:
+                    layout.learn(read_entries(client, layout.fleet, ctx.obj.settings.worker_ttl_s))
+                    groups_read_at = time.monotonic()
+                for prefix in layout.prefixes():
+                    if events_key(prefix) not in last:
+                        last[events_key(prefix)] = _position(client, events_key(prefix), start)
+                batch = _read_events(client, last)
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 time.sleep(outage.failed(exc))
                 continue
             outage.recovered()
-            for _stream, rows in batch or []:
+            for stream, rows in batch:
                 for entry_id, fields in rows:
-                    last = entry_id
+                    last[stream] = entry_id
                     click.echo(fields[b"event"].decode())
                     seen += 1
                     if count and seen >= count:
                         return
     except KeyboardInterrupt:
         pass
+
+
+#: Seconds between two reads of the catalog by ``events`` on a cluster (new groups' streams).
+GROUPS_EVERY_S = 5.0
+#: Seconds ``events`` waits for the next event (on a cluster: split between the groups).
+EVENTS_WAIT_MS = 1000
+
+
+def _read_events(client: redis.Redis, last: dict[Any, Any]) -> list[tuple[str, Any]]:
+    """The next events of the streams ``last`` names: ``[(stream, [(id, fields)...])]``.
+
+    One stream (a plain Redis): one blocking ``XREAD``. Several (a cluster: each group's
+    stream in its own slot, which one ``XREAD`` cannot span): one ``XREAD`` per stream in
+    turn, the wait split between them.
+    """
+    if len(last) == 1:
+        batch: Any = client.xread(last, block=EVENTS_WAIT_MS, count=100)
+        return [(_text(stream), rows) for stream, rows in batch or []]
+    wait_ms = max(1, EVENTS_WAIT_MS // len(last))
+    found: list[tuple[str, Any]] = []
+    for stream, position in list(last.items()):
+        batch = client.xread({stream: position}, block=wait_ms, count=100)
+        found.extend((_text(name), rows) for name, rows in batch or [])
+    return found
+
+
+def _position(client: redis.Redis, stream: str, start: str) -> Any:
+    """Where ``events`` starts reading ``stream``: ``start``, with ``$`` made an id on a cluster.
+
+    ``$`` (only what comes next) is resolved to the stream's newest id, so that an event
+    added while another group's stream is being read is not skipped.
+    """
+    if start != "$" or not isinstance(client, redis.cluster.RedisCluster):
+        return start
+    newest: Any = client.xrevrange(stream, count=1)
+    return newest[0][0] if newest else "0-0"
+
+
+def _text(name: Any) -> str:
+    return name.decode() if isinstance(name, bytes) else str(name)
 
 
 @click.command()

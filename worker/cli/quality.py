@@ -11,8 +11,10 @@ import redis
 from rich.console import Console
 from rich.table import Column, Table
 
+from toolfleet.producer.catalog import read_entries
 from toolfleet.shared import codec
 from toolfleet.shared.aggregates import read_window
+from toolfleet.shared.layout import KeyLayout
 from toolfleet.shared.quality import QualityRow, parse_duration, quality_rows
 
 __all__ = ["quality", "quality_table"]
@@ -113,7 +115,9 @@ def quality(
     client: redis.Redis = ctx.obj.redis(socket_timeout=10)
     now = time.time()
     try:
-        window = read_window(client, ctx.obj.settings.namespace, now - since_s, now)
+        layout = KeyLayout.of(client, ctx.obj.settings.namespace)  # every group's, a cluster
+        layout.learn(read_entries(client, layout.fleet, ctx.obj.settings.worker_ttl_s))
+        window = read_window(client, layout.prefixes(), now - since_s, now)
     finally:
         client.close()
     rows = quality_rows(window, model=model, function=function)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import redis
 from rich.table import Column, Table
 
+from toolfleet.shared.layout import KeyLayout
 from toolfleet.shared.tenancy.breakers import breaker_key
 from toolfleet.shared.tenancy.lanes import LANES, lane_keys, uses_lanes
 from toolfleet.shared.tenancy.quotas import Quota, limits_key
@@ -20,25 +22,34 @@ MAX_QUOTA_ROWS = 10
 
 
 def tenancy_tables(
-    client: redis.Redis, namespace: str, functions: list[str], queues: list[str]
+    client: redis.Redis,
+    layout: KeyLayout,
+    functions: list[str],
+    queues: list[str],
+    queue_of: Mapping[str, str] | None = None,
 ) -> list[Table]:
     """Tables of what is limited now; a table with nothing to show is left out.
 
     Args:
         client: Redis client.
-        namespace: key prefix.
+        layout: where the keys are: a queue's lanes and its functions' breakers and slots
+            in the queue's group, the quotas people set in the fleet's copy.
         functions: the catalogued function names.
         queues: the catalogued queues.
+        queue_of: function name -> its queue (a function not in it: the default group).
     """
     laned = [q for q in queues if uses_lanes(q)]
+    queue_of = queue_of or {}
     pipe = client.pipeline(transaction=False)
     for queue in laned:
-        for key in lane_keys(namespace, queue):
+        for key in lane_keys(layout.of_queue(queue), queue):
             pipe.llen(key)
+    now_ms = int(time.time() * 1000)
     for function in functions:
-        pipe.hgetall(breaker_key(namespace, function))
-        pipe.zcount(concurrency_key(namespace, function), int(time.time() * 1000), "+inf")
-    pipe.hgetall(limits_key(namespace))
+        prefix = layout.of_queue(queue_of.get(function, ""))
+        pipe.hgetall(breaker_key(prefix, function))
+        pipe.zcount(concurrency_key(prefix, function), now_ms, "+inf")
+    pipe.hgetall(limits_key(layout.fleet))
     values: list[Any] = pipe.execute()
     tables = [_lanes(laned, values[: LANES * len(laned)])]
     rest = values[LANES * len(laned) :]

@@ -28,6 +28,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 
 from toolfleet.producer.catalog import read_entries
 from toolfleet.shared import codec
+from toolfleet.shared.layout import KeyLayout
 from toolfleet.shared.naming import (
     catalog_workers_key,
     dead_letters_key,
@@ -167,20 +168,22 @@ class QueueCollector:
             labels=["queue", "lane"],
         )
         try:
-            entries = read_entries(self.client, self.namespace, self.worker_ttl_s)
+            layout = KeyLayout.of(self.client, self.namespace)  # a cluster: keys by slot
+            entries = read_entries(self.client, layout.fleet, self.worker_ttl_s)
+            layout.learn(entries)
             queues = sorted({str(e.get("queue")) for e in entries.values()})
             pipe = pipeline(self.client)
             since = time.time() - self.worker_ttl_s
             for queue in queues:
-                pipe.hlen(queue_msgs_key(self.namespace, queue))
-                pipe.zcard(dead_letters_key(self.namespace, queue))
-                pipe.zcount(workers_key(self.namespace, queue), since, "+inf")
+                pipe.hlen(queue_msgs_key(layout.of_queue(queue), queue))
+                pipe.zcard(dead_letters_key(layout.of_queue(queue), queue))
+                pipe.zcount(workers_key(layout.fleet, queue), since, "+inf")
             for queue in queues:
-                for key in lane_keys(self.namespace, queue):
+                for key in lane_keys(layout.of_queue(queue), queue):
                     pipe.llen(key)
             names = sorted(entries)
             for name in names:
-                pipe.zcount(catalog_workers_key(self.namespace, name), since, "+inf")
+                pipe.zcount(catalog_workers_key(layout.fleet, name), since, "+inf")
             values = pipe.execute()
         except (redis.RedisError, codec.DecodeError) as exc:
             log.warning("queue depth unavailable: %s", exc)

@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         registry, worker_id, models=frozenset(settings.quality_models), aggregates=aggregates
     )
     recorder = (
-        RouteRecorder(broker.client, settings.namespace, worker_id, settings.affinity_ttl_s)
+        RouteRecorder(broker.client, namespace, worker_id, settings.affinity_ttl_s)
         if routes
         else None
     )
