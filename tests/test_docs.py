@@ -22,7 +22,7 @@ from doc_blocks import (
     write_files,
 )
 
-from conftest import TESTS, Fleet, start_fleet, unavailable
+from conftest import TESTS, Fleet, require_sandbox, start_fleet
 
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
@@ -117,10 +117,10 @@ def test_readme_blocks_run_against_a_fleet(fleet: Fleet, tmp_path: Path) -> None
 def test_docs_blocks_run(path: Path, fleet: Fleet, tmp_path: Path) -> None:
     """Every python and bash block of a docs page not marked ``<!-- fragment -->`` runs
     against a real fleet (and prints what an ``<!-- output -->`` block after it says).
-    A page that calls the python tool needs its sandbox: without ``bwrap`` the fleet does
-    not serve that tool, so the page cannot run as written."""
-    if "ext_python_run" in path.read_text(encoding="utf-8") and shutil.which("bwrap") is None:
-        unavailable(f"{path.name} calls the python tool, whose sandbox needs bwrap (bubblewrap)")
+    A page that calls the python tool needs its sandbox: where it cannot start (no
+    ``bwrap``) the fleet does not serve that tool, so the page cannot run as written."""
+    if "ext_python_run" in path.read_text(encoding="utf-8"):
+        require_sandbox()
     assert _run_page(path, fleet, tmp_path) >= 1
 
 

@@ -19,7 +19,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from test_python_tool import _load_python
 
-from conftest import TESTS, Fleet, start_fleet, toolfleet_command
+from conftest import TESTS, Fleet, require_sandbox, start_fleet, toolfleet_command
 from toolfleet.producer import ToolClient
 from toolfleet.producer.mcp import CONVERSATION_META_KEY
 from toolfleet.shared import Status
@@ -34,7 +34,8 @@ FRESH = "fresh Python interpreter"
 def repl_fleet(
     redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Fleet]:
-    """Two worker processes serving the python extension."""
+    """Two worker processes serving the python extension (it needs its sandbox)."""
+    require_sandbox()
     fleet = start_fleet(
         redis_url,
         f"{namespace}-aff-{uuid.uuid4().hex[:6]}",
