@@ -27,7 +27,7 @@ from toolfleet.shared.lifeline import die_with_parent
 from toolfleet.shared.naming import affinity_queue_for, brokers_key
 from toolfleet.shared.settings import Settings
 from toolfleet.worker.messaging.actors import MessageHandler, declare_actors
-from toolfleet.worker.messaging.broker import fleet_middleware, make_broker
+from toolfleet.worker.messaging.broker import fleet_middleware, make_broker, wake_consumers
 from toolfleet.worker.messaging.slots import SlotJanitor
 from toolfleet.worker.pipeline.calls import CallPipeline
 from toolfleet.worker.pipeline.cancels import CancelListener
@@ -229,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         code = _serve_until_stopped(stop, pipeline, settings)
         log.info("draining (grace %.1f s)", settings.shutdown_grace_s)
         publisher.stop()
+        wake_consumers(worker)
         worker.stop(timeout=int(settings.shutdown_grace_s * 1000))
         cancels.stop()
         try:
