@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from conftest import Fleet, start_fleet
+from conftest import LATE_S, Fleet, start_fleet
 from toolfleet.producer import ToolClient
 from toolfleet.shared import Status
 from toolfleet.shared.naming import brokers_key, inflight_key
@@ -42,8 +42,8 @@ def test_gil_holding_thread_tool_is_answered_timeout_and_the_process_replaced(
     hog_fleet: Fleet,
 ) -> None:
     """A thread tool holding the GIL for 20 s with a 1 s limit is answered timeout within
-    1.5 s; a call to another tool sent to that process meanwhile is answered ok by its own
-    8 s deadline; the log names the tool that hogged the process."""
+    1.5 s (plus ``LATE_S``); a call to another tool sent to that process meanwhile is
+    answered ok by its own 8 s deadline; the log names the tool that hogged the process."""
     with ToolClient(hog_fleet.redis_url, namespace=hog_fleet.namespace) as client:
         started = time.monotonic()
         hog = client.submit(P + "hog", {"seconds": 20}, timeout_s=30)
@@ -52,7 +52,7 @@ def test_gil_holding_thread_tool_is_answered_timeout_and_the_process_replaced(
         result = hog.result(timeout=30)
         hog_s = time.monotonic() - started
         assert result.status is Status.TIMEOUT, result
-        assert hog_s < 1.5, f"answered after {hog_s:.2f} s"
+        assert hog_s < 1.5 + LATE_S, f"answered after {hog_s:.2f} s"
         other = quick.result(timeout=30)
         assert other.status is Status.OK, other
         print(f"\nGIL hog: timeout after {hog_s:.2f} s; the other call answered ok after "

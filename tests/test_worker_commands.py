@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,7 +26,8 @@ from toolfleet.shared.naming import (
     outcome_key,
 )
 from toolfleet.shared.wire import Status, ToolCallRequest
-from toolfleet.worker.messaging.broker import FleetRedisBroker, make_broker
+from toolfleet.worker.messaging import broker as broker_module
+from toolfleet.worker.messaging.broker import FleetRedisBroker, WaitingConsumer, make_broker
 from toolfleet.worker.pipeline.ledger import INFLIGHT_TTL_S, InFlight, Ledger, Posted, post_outcome
 
 QUEUE = "tools.commands"
@@ -228,3 +230,34 @@ def test_a_running_call_s_in_flight_hash_gets_its_ttl_from_the_heartbeat(
         assert any(0 < ttl <= INFLIGHT_TTL_S for ttl in ttls), ttls
     finally:
         r.close()
+
+
+def test_wake_ends_a_blocking_wait_at_once(
+    broker: FleetRedisBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stopping worker ends its consumer's blocking wait with CLIENT UNBLOCK, not at its end."""
+    # a wait longer than a stop may take, shorter than redis-py's 5 s socket timeout
+    monkeypatch.setattr(broker_module, "WAIT_S", 4.5)
+    consumer = broker.consume(QUEUE, prefetch=8, timeout=100)
+    assert isinstance(consumer, WaitingConsumer)
+    done = threading.Event()
+    returned: list[object] = []
+
+    def step() -> None:
+        returned.append(next(consumer))  # the queue is empty: fetch, then a 4.5 s wait
+        done.set()
+
+    thread = threading.Thread(target=step, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while broker.client.info("clients")["blocked_clients"] < 1:
+        assert time.monotonic() < deadline, "the consumer never blocked"
+        time.sleep(0.02)
+    assert not done.is_set()
+    started = time.monotonic()
+    consumer.wake()
+    assert done.wait(2.0), "the wait was not ended"
+    assert time.monotonic() - started < 2.0
+    assert returned == [None]
+    assert next(consumer) is None  # stopping: nothing more is fetched or handed out
+    consumer.close()

@@ -30,15 +30,16 @@ This relies on
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 import redis
-from dramatiq import Middleware
+from dramatiq import Middleware, Worker
 from dramatiq.broker import MessageProxy
 from dramatiq.brokers.redis import RedisBroker, _RedisConsumer
-from dramatiq.common import dq_name, q_name
+from dramatiq.common import compute_backoff, dq_name, q_name
 from dramatiq.errors import ConnectionClosed
 from dramatiq.message import Message
 from dramatiq.middleware import CurrentMessage, ShutdownNotifications
@@ -59,19 +60,27 @@ from toolfleet.worker.pipeline.ledger import InlineAck
 from toolfleet.worker.supervision.redis_factory import redis_client
 
 __all__ = [
+    "DelayQueueConsumer",
     "FleetRedisBroker",
     "WaitingConsumer",
     "fleet_middleware",
     "hold_dispatch_through_migrations",
     "make_broker",
     "unusable",
+    "wake_consumers",
 ]
 
 logger = logging.getLogger("toolfleet.worker.consumer")
 
 #: Seconds one blocking wait lasts before the consumer returns to Dramatiq's loop
-#: (acks, heartbeats and shutdown are handled between waits).
+#: (acks, heartbeats and shutdown are handled between waits). A stopping worker ends the
+#: wait at once (:meth:`WaitingConsumer.wake`) on a single Redis server.
 WAIT_S = 1.0
+#: Seconds a stopping consumer pauses between its returns to Dramatiq's loop.
+STOPPING_PAUSE_S = 0.01
+#: Longest pause, milliseconds, between two polls of an idle delay queue (Dramatiq's
+#: worker timeout by default; the worker's own is shorter, for a prompt stop).
+DELAY_POLL_MS = 1000
 #: Most messages one fetch takes: a small batch spreads a burst (a turn of parallel calls)
 #: over the worker processes instead of giving it all to the first one awake.
 FETCH_BATCH = 4
@@ -92,6 +101,10 @@ class WaitingConsumer(_RedisConsumer):
     short backoff: Dramatiq's consumer thread would drop this consumer (and the messages
     it fetched) and build a new one only after 3 s, and its worker threads would retry a
     failed acknowledgement only every 5 s, so service resumed seconds after Redis did.
+
+    On a single Redis server (not a Cluster) the blocking wait runs on a connection of
+    its own, whose ``CLIENT ID`` is known (read again on every reconnect), so that
+    :meth:`wake` can end it with ``CLIENT UNBLOCK`` from another thread.
     """
 
     def __init__(self, broker: RedisBroker, queue_name: str, prefetch: int, timeout: int) -> None:
@@ -101,6 +114,9 @@ class WaitingConsumer(_RedisConsumer):
         self._queue_empty = False
         self._fetched_at = 0.0
         self._cache_ids: list[str] = []
+        self._stopping = threading.Event()
+        self._waiter: redis.Redis | None = None
+        self._waiter_id: int | None = None
 
     def _backoff(self, exc: redis.RedisError) -> None:
         """Wait before the next attempt to reach Redis (logs the first failure of a run)."""
@@ -140,7 +156,27 @@ class WaitingConsumer(_RedisConsumer):
                 time.sleep(RECONNECT_BACKOFF_S[min(attempt, len(RECONNECT_BACKOFF_S) - 1)])
                 attempt += 1
 
+    def wake(self) -> None:
+        """Stop handing out messages and end a blocking wait now (callable from any thread).
+
+        The worker is stopping: its worker threads take no more messages, so the consumer
+        only returns to Dramatiq's loop (which ends it) and gives its prefetched messages
+        back on :meth:`close`. Ending the wait is best effort: when ``CLIENT UNBLOCK``
+        fails or the server is a Cluster, the wait ends at ``WAIT_S``.
+        """
+        self._stopping.set()
+        waiter_id = self._waiter_id
+        if waiter_id is None:
+            return
+        try:
+            self.broker.client.client_unblock(waiter_id)
+        except redis.RedisError as exc:
+            logger.debug("could not end the wait of consumer %s: %s", self.queue_name, exc)
+
     def __next__(self) -> Any:
+        if self._stopping.is_set():
+            time.sleep(STOPPING_PAUSE_S)
+            return None
         try:
             while True:
                 if self.message_cache:
@@ -200,8 +236,34 @@ class WaitingConsumer(_RedisConsumer):
 
     def _wait(self) -> None:
         """Block until the queue list is non-empty, for at most ``WAIT_S`` seconds."""
-        moved = self.broker.client.blmove(self._queue_key, self._queue_key, WAIT_S, "LEFT", "LEFT")
+        if self._stopping.is_set():
+            return
+        client = self._wait_client()
+        # redis-py types the timeout int; Redis takes seconds as a decimal number
+        timeout: Any = WAIT_S
+        moved = client.blmove(self._queue_key, self._queue_key, timeout, "LEFT", "LEFT")
         self._queue_empty = moved is None
+
+    def _wait_client(self) -> redis.Redis:
+        """The client the wait blocks on: one connection of its own, on a single server."""
+        if self._waiter is not None:
+            return self._waiter
+        client = self.broker.client
+        if is_cluster(client):
+            return client  # type: ignore[no-any-return]
+        waiter = redis.Redis(connection_pool=client.connection_pool, single_connection_client=True)
+        assert waiter.connection is not None  # noqa: S101 - single_connection_client holds one
+        connection = waiter.connection
+        connection.register_connect_callback(self._on_waiter_connect)  # type: ignore[no-untyped-call]
+        self._waiter = waiter
+        self._waiter_id = int(waiter.client_id())  # later ones: _on_waiter_connect
+        return waiter
+
+    def _on_waiter_connect(self, connection: Any) -> None:
+        """After the wait's connection reconnected: learn its new ``CLIENT ID``."""
+        self._waiter_id = None
+        connection.send_command("CLIENT", "ID")
+        self._waiter_id = int(connection.read_response())
 
     def close(self) -> None:
         """Give messages fetched but not yet handed to a worker thread back to the queue.
@@ -216,11 +278,48 @@ class WaitingConsumer(_RedisConsumer):
                 continue
         self.message_cache = []
         self._cache_ids = []
+        if self._waiter is not None:
+            self._waiter_id = None
+            self._waiter.close()  # gives its connection back to the broker's pool
+            self._waiter = None
         if ids:
             try:
                 self.broker.do_requeue(self.queue_name, *ids)
             except redis.RedisError as exc:
                 logger.warning("could not requeue %d prefetched messages: %s", len(ids), exc)
+
+
+class DelayQueueConsumer(_RedisConsumer):
+    """Dramatiq's polling consumer of a delay queue (``.DQ``), whose idle pause can be ended.
+
+    Dramatiq's consumer sleeps after a fetch that found nothing, for a backoff growing up
+    to its timeout; here the backoff grows to :data:`DELAY_POLL_MS` whatever the worker
+    timeout, and the pause is a wait that :meth:`wake` ends.
+    """
+
+    def __init__(self, broker: RedisBroker, queue_name: str, prefetch: int) -> None:
+        # timeout 0: Dramatiq's own sleep after a miss lasts 0 s; __next__ pauses instead
+        super().__init__(broker, queue_name, prefetch, 0)  # type: ignore[no-untyped-call]
+        self._stopping = threading.Event()
+        self._idle_polls = 0
+
+    def wake(self) -> None:
+        """Stop fetching and end the current pause (callable from any thread)."""
+        self._stopping.set()
+
+    def __next__(self) -> Any:
+        if self._stopping.is_set():
+            time.sleep(STOPPING_PAUSE_S)
+            return None
+        message = super().__next__()  # type: ignore[no-untyped-call]
+        if message is None:
+            self._idle_polls, backoff_ms = compute_backoff(
+                self._idle_polls, max_backoff=DELAY_POLL_MS
+            )
+            self._stopping.wait(backoff_ms / 1000)
+        else:
+            self._idle_polls = 0
+        return message
 
 
 #: Options Dramatiq acts on that toolfleet's producer never sets (see :func:`unusable`).
@@ -400,10 +499,26 @@ class FleetRedisBroker(RedisBroker):
                 logger.exception("could not answer the undecodable message")
 
     def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000) -> Any:
-        """Create a consumer; delay queues (``.DQ``) keep Dramatiq's polling consumer."""
+        """Create a consumer; delay queues (``.DQ``) keep Dramatiq's polling consumer.
+
+        ``timeout`` (milliseconds, the worker timeout) is not used for waits: see
+        :data:`WAIT_S` and :class:`DelayQueueConsumer`.
+        """
         if queue_name == dq_name(q_name(queue_name)):
-            return super().consume(queue_name, prefetch, timeout)
+            return DelayQueueConsumer(self, queue_name, prefetch)
         return WaitingConsumer(self, queue_name, prefetch, timeout)
+
+
+def wake_consumers(worker: Worker) -> None:
+    """End the blocking waits of ``worker``'s consumers, before ``worker.stop()``.
+
+    Without it, each consumer thread finishes its current wait (up to ``WAIT_S``) before
+    it sees it is stopping. See :meth:`WaitingConsumer.wake`.
+    """
+    for thread in list(worker.consumers.values()):
+        consumer = thread.consumer
+        if isinstance(consumer, WaitingConsumer | DelayQueueConsumer):
+            consumer.wake()
 
 
 def fleet_middleware(broker: FleetRedisBroker) -> FleetMiddleware:
