@@ -58,10 +58,6 @@ log = logging.getLogger("toolfleet.worker.process")
 EXIT_NOTHING_TO_SERVE = 78  # EX_CONFIG of sysexits.h
 #: Exit status of a process drained because too many tool threads are stuck (restarted).
 EXIT_STUCK = 4
-#: Milliseconds an idle Dramatiq worker thread waits for work before it checks whether it
-#: is stopping (Dramatiq's default, 1000, makes every drain last a second more than the
-#: calls it waits for). The wait is on an in-process queue: no Redis command.
-WORKER_TIMEOUT_MS = 100
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -215,12 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         aggregates_ttl_s=settings.aggregates_ttl_s,
     )
     cancels = CancelListener(redis_url, namespace, pipeline, factory=factory)
-    worker = dramatiq.Worker(
-        broker,
-        queues=queues | set(routes),
-        worker_threads=args.threads,
-        worker_timeout=WORKER_TIMEOUT_MS,
-    )
+    worker = dramatiq.Worker(broker, queues=queues | set(routes), worker_threads=args.threads)
     worker.start()
     publisher.start()
     cancels.start()
