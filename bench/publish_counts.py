@@ -16,14 +16,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import os
-import shutil
-import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -35,14 +31,12 @@ BENCH = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH), str(BENCH.parent / "tests")]
 
 from conftest import start_fleet  # noqa: E402
-from private_redis import redis_server_binary, start_tcp_server  # noqa: E402
+from private_redis import EnqueueRuns, start_tcp_server  # noqa: E402
 from toolfleet.producer import AsyncToolClient, ToolClient  # noqa: E402
 from toolfleet.shared import Status  # noqa: E402
-from toolfleet.shared.tenancy.enqueue import ENQUEUE_SCRIPT  # noqa: E402
 
 ECHO = "ext_fleet_test_echo"
 BURST = 5_000
-ENQUEUE_SHA = hashlib.sha1(ENQUEUE_SCRIPT.encode()).hexdigest()  # noqa: S324 - Redis's
 SEQUENTIAL = 500
 
 
@@ -59,40 +53,6 @@ def _delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     was = before["per_command"]
     per = {k: v - was.get(k, 0) for k, v in after["per_command"].items() if v - was.get(k, 0)}
     return {"total": after["total"] - before["total"] - 2, "per_command": per}
-
-
-class EnqueueCount:
-    """Counts the ``EVALSHA`` s of the enqueue script while it is open.
-
-    ``redis-cli monitor`` in a process of its own writes every command to a file, so
-    that reading them costs the client under test nothing (no GIL shared with it).
-    """
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.runs = 0
-        self._out = Path(tempfile.mkstemp(prefix="monitor-", suffix=".log")[1])
-        self._process: subprocess.Popen[bytes] | None = None
-
-    def __enter__(self) -> EnqueueCount:
-        cli = shutil.which("redis-cli") or str(Path(redis_server_binary()).with_name("redis-cli"))
-        with self._out.open("wb") as out:
-            self._process = subprocess.Popen([cli, "-u", self.url, "monitor"], stdout=out)
-        deadline = time.monotonic() + 10
-        while b"OK" not in self._out.read_bytes():  # MONITOR answers OK once it watches
-            assert time.monotonic() < deadline, "redis-cli monitor did not start"
-            time.sleep(0.05)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        time.sleep(0.5)  # the last commands reach the file
-        assert self._process is not None
-        self._process.terminate()
-        self._process.wait(10)
-        marker = f'"evalsha" "{ENQUEUE_SHA}"'.encode()
-        with self._out.open("rb") as lines:
-            self.runs = sum(1 for line in lines if marker in line.lower())
-        self._out.unlink()
 
 
 def _per_call(delta: dict[str, Any], calls: int, enqueues: int) -> dict[str, float]:
@@ -157,7 +117,7 @@ def main() -> None:
             before = _counters(r)
             statuses = phase()
             delta = _delta(before, _counters(r))
-            with EnqueueCount(server.url) as enqueues:  # again, under MONITOR
+            with EnqueueRuns(server.url) as enqueues:  # again, under MONITOR
                 again = phase()
             assert statuses == again == [Status.OK] * len(statuses), {*statuses, *again}
             results[name] = _per_call(delta, len(statuses), enqueues.runs)

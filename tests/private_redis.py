@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import socket
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 import redis
 
 from conftest import unavailable
+from toolfleet.shared.tenancy.enqueue import ENQUEUE_SCRIPT
 
 
 def free_port() -> int:
@@ -96,3 +98,40 @@ def command_counts(client: redis.Redis) -> dict[str, int]:
     counts.pop("info", None)
     counts.pop("config|resetstat", None)
     return counts
+
+
+ENQUEUE_SHA = hashlib.sha1(ENQUEUE_SCRIPT.encode()).hexdigest()  # noqa: S324 - Redis's hash
+
+
+class EnqueueRuns:
+    """Counts the ``EVALSHA`` s of the enqueue script while it is open.
+
+    ``redis-cli monitor`` in a process of its own writes every command to a file, so
+    that reading them costs the client under test nothing (no GIL shared with it).
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.runs = 0
+        self._out = Path(tempfile.mkstemp(prefix="monitor-", suffix=".log")[1])
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> EnqueueRuns:
+        cli = shutil.which("redis-cli") or str(Path(redis_server_binary()).with_name("redis-cli"))
+        with self._out.open("wb") as out:
+            self._process = subprocess.Popen([cli, "-u", self.url, "monitor"], stdout=out)
+        deadline = time.monotonic() + 10
+        while b"OK" not in self._out.read_bytes():  # MONITOR answers OK once it watches
+            assert time.monotonic() < deadline, "redis-cli monitor did not start"
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        time.sleep(0.5)  # the last commands reach the file
+        assert self._process is not None
+        self._process.terminate()
+        self._process.wait(10)
+        marker = f'"evalsha" "{ENQUEUE_SHA}"'.encode()
+        with self._out.open("rb") as lines:
+            self.runs = sum(1 for line in lines if marker in line.lower())
+        self._out.unlink()

@@ -7,11 +7,7 @@ enqueue script's runs are counted from ``MONITOR`` by the script's SHA1.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-import shutil
-import subprocess
-import tempfile
 import threading
 import time
 import uuid
@@ -23,52 +19,17 @@ import pytest
 import redis
 
 from conftest import Fleet, start_fleet
-from private_redis import Server, redis_server_binary
+from private_redis import EnqueueRuns, Server
 from toolfleet.producer import AsyncToolClient, ToolClient
 from toolfleet.producer.publish import Publisher
 from toolfleet.shared import Status
 from toolfleet.shared.idempotency import Duplicate
 from toolfleet.shared.naming import limits_key, queue_msgs_key
-from toolfleet.shared.tenancy.enqueue import ENQUEUE_SCRIPT, Refused
+from toolfleet.shared.tenancy.enqueue import Refused
 from toolfleet.shared.wire import CallContext, ToolCallRequest
 
 ECHO = "ext_fleet_test_echo"
 BURST = 5_000
-ENQUEUE_SHA = hashlib.sha1(ENQUEUE_SCRIPT.encode()).hexdigest()  # noqa: S324 - Redis's hash
-
-
-class EnqueueRuns:
-    """Counts the ``EVALSHA`` s of the enqueue script while it is open.
-
-    ``redis-cli monitor`` in a process of its own writes every command to a file, so
-    that reading them costs the client under test nothing (no GIL shared with it).
-    """
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.runs = 0
-        self._out = Path(tempfile.mkstemp(prefix="monitor-", suffix=".log")[1])
-        self._process: subprocess.Popen[bytes] | None = None
-
-    def __enter__(self) -> EnqueueRuns:
-        cli = shutil.which("redis-cli") or str(Path(redis_server_binary()).with_name("redis-cli"))
-        with self._out.open("wb") as out:
-            self._process = subprocess.Popen([cli, "-u", self.url, "monitor"], stdout=out)
-        deadline = time.monotonic() + 10
-        while b"OK" not in self._out.read_bytes():  # MONITOR answers OK once it watches
-            assert time.monotonic() < deadline, "redis-cli monitor did not start"
-            time.sleep(0.05)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        time.sleep(0.5)  # the last commands reach the file
-        assert self._process is not None
-        self._process.terminate()
-        self._process.wait(10)
-        marker = f'"evalsha" "{ENQUEUE_SHA}"'.encode()
-        with self._out.open("rb") as lines:
-            self.runs = sum(1 for line in lines if marker in line.lower())
-        self._out.unlink()
 
 
 @pytest.fixture
