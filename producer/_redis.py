@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import weakref
 from dataclasses import dataclass
@@ -192,14 +193,21 @@ def sync_connection(
 
     ``timeout_s``: socket and connect timeout (``None`` for the reply listener's
     blocking reads); ``single``: a client of one connection of its own.
+
+    Raises:
+        ConnectionFailed: a cluster URL none of whose nodes answers (a cluster client
+            connects as it is made; a plain one on its first command).
     """
     if isinstance(source.pool, redis.cluster.RedisCluster):
         return source.pool  # type: ignore[return-value]  # it routes like a redis.Redis
     if source.pool is not None:
         return redis.Redis(connection_pool=source.pool)
-    return sync_client(source.url, client_name=name, socket_timeout=timeout_s,  # type: ignore[return-value]
-                       socket_connect_timeout=timeout_s,
-                       single_connection_client=single)  # fmt: skip
+    try:  # a cluster client reads the cluster's slots as it is made
+        return sync_client(source.url, client_name=name, socket_timeout=timeout_s,  # type: ignore[return-value]
+                           socket_connect_timeout=timeout_s,
+                           single_connection_client=single)  # fmt: skip
+    except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
+        raise connection_failed(exc, redacted_url(source.url), "connecting") from exc
 
 
 def async_command_pool(source: Any, name: str, timeout_s: float, size: int) -> Any:
@@ -248,12 +256,18 @@ class _ForkAware(Protocol):
     def _after_fork(self) -> None: ...
 
 
+_log = logging.getLogger(__name__)
 _tracked: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def _reset_children() -> None:
+    # one client's failure (say, a cluster client whose nodes are gone) must not leave the
+    # others with their parent's state: each is reset on its own
     for client in list(_tracked):
-        client._after_fork()
+        try:
+            client._after_fork()
+        except Exception as exc:  # noqa: BLE001 - reported, the next client still reset
+            _log.warning("a client was not reset after fork(): %s: %s", type(exc).__name__, exc)
 
 
 os.register_at_fork(after_in_child=_reset_children)

@@ -104,6 +104,7 @@ class ToolClient(ClientBase):
                          max_in_flight, submit_timeout_s, asyncio=False,
                          registry=registry)  # fmt: skip
         self._close_lock = threading.Lock()
+        self._stale = False
         self._per_process_state()
         self._live()
         track_forks(self)
@@ -132,17 +133,28 @@ class ToolClient(ClientBase):
         self._started = False
 
     def _after_fork(self) -> None:
-        """In a forked child: a fresh identity and state; threads start on first use."""
+        """In a forked child: a fresh identity and state; threads start on first use.
+
+        A cluster client connects as it is made; when the child cannot reach the cluster
+        yet, the state is made again on the client's first use (:meth:`_live`).
+        """
         orphaned = self._core.table
         self._close_lock = threading.Lock()
-        self._per_process_state()
+        self._start_lock = threading.Lock()
+        self._started = False
+        self._stale = True
         orphaned.orphan("no reply in this process: the call was made before fork()")
+        self._per_process_state()
+        self._stale = False
 
     def _live(self) -> None:
         """Start the listener threads if this process has not yet (a forked child)."""
         if self._started:
             return
         with self._start_lock:
+            if self._stale:  # a forked child whose state could not be made at fork()
+                self._per_process_state()
+                self._stale = False
             if not self._started:
                 self._listener.start()
                 self._started = True

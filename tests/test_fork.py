@@ -9,6 +9,7 @@ fork-aware); the async client binds to the child's first event loop and refuses 
 from __future__ import annotations
 
 import asyncio
+import logging
 import multiprocessing
 import os
 import signal
@@ -243,3 +244,56 @@ def test_gunicorn_preload_workers_answer_calls_by_their_deadline(
     assert master["client_id"] not in ids_by_pid.values()
     assert len(set(ids_by_pid.values())) == len(ids_by_pid)  # one identity per worker
     assert all(a["reply_to"].endswith(a["client_id"]) for a in answers)
+
+
+def test_a_client_whose_cluster_is_gone_leaves_the_others_working_in_the_child(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """Every client is reset in a forked child on its own: a cluster client whose nodes are
+    gone (it cannot be made again there) does not leave another client with its parent's
+    threads; that client answers by the deadline, and the cluster client's first use in the
+    child raises ConnectionFailed instead of hanging."""
+    from private_cluster import start_cluster
+
+    from toolfleet.shared.errors import ConnectionFailed
+
+    cluster = start_cluster(tmp_path, masters=3)
+    try:
+        stranded = ToolClient(cluster.url, namespace=fleet.namespace)
+    finally:
+        cluster.stop()
+    warned: list[str] = []  # what the child logs as it forks (a handler it inherits)
+    handler = logging.Handler()
+    handler.emit = lambda record: warned.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("toolfleet.producer")
+    with ToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
+        assert client.call(ADD, {"a": 1, "b": 2}, timeout_s=20).content == 3
+        parent_id = client.client_id
+
+        def work() -> dict[str, Any]:
+            logger.removeHandler(handler)
+            said = list(warned)
+            started = time.monotonic()
+            result = client.call(ADD, {"a": 3, "b": 4}, timeout_s=DEADLINE_S)
+            elapsed = time.monotonic() - started
+            try:
+                stranded.call(ADD, {"a": 1, "b": 1}, timeout_s=DEADLINE_S)
+                stranded_error = ""
+            except ConnectionFailed as exc:
+                stranded_error = str(exc)
+            return {"content": result.content, "elapsed_s": elapsed,
+                    "client_id": client.client_id, "stranded": stranded_error,
+                    "said": said}  # fmt: skip
+
+        logger.addHandler(handler)
+        try:
+            outcome = _in_child(work)
+        finally:
+            logger.removeHandler(handler)
+    stranded.close()
+    assert outcome.get("content") == 7, outcome
+    assert outcome["elapsed_s"] < DEADLINE_S + MARGIN_S
+    assert outcome["client_id"] != parent_id
+    assert outcome["stranded"], outcome
+    # the stranded client's reset failed, and said so in one line without a traceback
+    assert [line for line in outcome["said"] if "not reset after fork()" in line], outcome

@@ -286,8 +286,9 @@ def never_sent(exc: BaseException) -> bool:
     return "connecting to" in str(exc) or isinstance(exc.__cause__, ConnectionRefusedError)
 
 
-#: What a Redis command can raise (redis.asyncio lets some socket errors through bare).
-REDIS_FAILURES = (redis.RedisError, OSError)
+#: What a Redis command can raise (redis.asyncio lets some socket errors through bare; a
+#: cluster client whose nodes are all gone raises ``RedisClusterException``, no RedisError).
+REDIS_FAILURES = (redis.RedisError, redis.exceptions.RedisClusterException, OSError)
 
 
 def publish_refusal(exc: BaseException) -> Refusal | None:
