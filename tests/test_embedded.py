@@ -95,3 +95,21 @@ def test_demo_without_any_server_says_what_to_install(tmp_path: Path) -> None:
     assert out.returncode != 0, output
     assert "Traceback" not in output
     assert len(output.splitlines()) <= 3 and "toolfleet[demo]" in output, output
+
+
+def test_a_temp_folder_too_long_for_a_unix_socket_still_starts(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A ``TMPDIR`` whose path leaves no room for ``redis.sock`` within a unix socket's
+    108 bytes (pytest's nested temp folders can be that long): the server's folder goes
+    under /tmp instead, the server answers, and its folder is removed on stop."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setenv("TMPDIR", str(deep))
+    monkeypatch.setattr("tempfile.tempdir", None)  # read TMPDIR again
+    with EmbeddedRedis() as server:
+        socket = server.url.removeprefix("unix://")
+        assert len(socket.encode()) < 108, socket
+        assert redis.Redis.from_url(server.url).ping()
+    assert not Path(socket).parent.exists()
+    assert list(deep.iterdir()) == []

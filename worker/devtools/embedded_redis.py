@@ -10,6 +10,7 @@ persistence, and stop it on exit.
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -78,6 +79,24 @@ def _die_with_parent() -> None:
         pass
 
 
+#: Bytes a unix socket's path may hold on Linux (``sun_path`` is 108 with its NUL); macOS's
+#: is 104, so a folder is used only when ``<folder>/redis.sock`` stays within 100.
+_SOCKET_PATH_MAX = 100
+
+
+def _socket_dir() -> str:
+    """A new private folder for the server's socket and files.
+
+    Under the temp folder (``TMPDIR``), or under ``/tmp`` when that one's path is too long
+    for a unix socket (pytest's and CI's temp folders can be).
+    """
+    folder = tempfile.mkdtemp(prefix="toolfleet-redis-")
+    if len(os.fsencode(folder)) + len(b"/redis.sock") <= _SOCKET_PATH_MAX:
+        return folder
+    os.rmdir(folder)
+    return tempfile.mkdtemp(prefix="toolfleet-redis-", dir="/tmp")
+
+
 class EmbeddedRedis:
     """A private server (see ``redis_server_binary``) on a unix socket; a context manager.
 
@@ -97,7 +116,7 @@ class EmbeddedRedis:
         Raises:
             ConfigurationError: the server did not come up within ``start_timeout_s``.
         """
-        self._dir = tempfile.mkdtemp(prefix="toolfleet-redis-")
+        self._dir = _socket_dir()
         try:
             return self._start()
         except BaseException:
