@@ -140,8 +140,21 @@ REDIS_USED: list[str] = []
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    for line in REDIS_USED:
+    for line in sorted(set(REDIS_USED)):
         terminalreporter.write_line(f"toolfleet tests used {line}")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """In a pytest-xdist worker: hand the Redis it used to the controller's summary."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["toolfleet_redis_used"] = list(REDIS_USED)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """In the pytest-xdist controller: gather what each worker's tests used."""
+    REDIS_USED.extend(getattr(node, "workeroutput", {}).get("toolfleet_redis_used", []))
 
 
 def _answers(url: str) -> bool:
