@@ -265,7 +265,7 @@ def test_sigkill_under_5000_calls_posts_exactly_one_reply_per_call(
             ToolCallRequest(
                 id=new_call_id(),
                 function=G + "count",
-                arguments={"key": f"{ns}:count:{i}", "seconds": 0.002},
+                arguments={"key": f"{ns}:count:{i}", "seconds": 0.01},
                 reply_to=reply_to,
                 deadline=now + 240,
                 timeout_s=240.0,
@@ -288,9 +288,11 @@ def test_sigkill_under_5000_calls_posts_exactly_one_reply_per_call(
                 popped = (reply_to.encode(), raw) if raw is not None else None
 
         deadline = time.monotonic() + 120
-        while len(replies) < total // 5 and time.monotonic() < deadline:
+        # a tenth answered: mid-run, with calls still queued behind 16 threads that each run
+        # for 10 ms, even when this process is slow to read the replies (a loaded machine)
+        while len(replies) < total // 10 and time.monotonic() < deadline:
             drain(1.0)
-        assert len(replies) >= total // 5, f"only {len(replies)} replies before the kill"
+        assert len(replies) >= total // 10, f"only {len(replies)} replies before the kill"
         held: set[bytes] = set()
         tries = 0
         while not held and tries < 40:  # a process that holds calls: on a loaded machine one

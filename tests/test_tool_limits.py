@@ -282,8 +282,14 @@ def test_a_worker_refuses_a_published_call_once_the_breaker_opened(
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
     try:
-        # and a call of FLAKY published (submit publishes before returning)
+        # and a call of FLAKY published: on its queue (the client's publisher thread sends
+        # what submit gathered, so wait until the message is there, under the call's id)
         queued = tc.submit(FLAKY, {"seconds": 0.0})
+        waiting = f"{ns}:tools.tenancy-test.msgs"
+        deadline = time.monotonic() + 30
+        while not r.hexists(waiting, queued.call_id) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert r.hexists(waiting, queued.call_id), "the call was never published"
         # When its breaker opens before a worker takes it
         until_ms = int((time.time() + 5) * 1000)
         r.hset(breaker_key(ns, FLAKY), mapping={"state": "open", "until": until_ms})
