@@ -15,7 +15,9 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +26,7 @@ import redis.asyncio.cluster
 from private_cluster import ClusterFleet, cluster_fleet, start_group, stop_groups, wait_live
 
 from conftest import bfcl_file, toolfleet_command
+from private_redis import free_port
 from toolfleet.producer import AsyncToolClient, ToolClient
 from toolfleet.producer._core.keyspace import KeySpace
 from toolfleet.producer.publish import Publisher
@@ -328,6 +331,87 @@ def test_mcp_gateway_over_stdio_on_a_cluster(cfleet: ClusterFleet) -> None:
         assert not result.is_error, result
         assert [block.text for block in result.content] == [text], result  # type: ignore[union-attr]
         assert (result.meta or {})["toolfleet/status"] == "ok", result
+
+
+def _quality_calls(cfleet: ClusterFleet) -> dict[tuple[str, str], int]:
+    """``toolfleet quality --format json`` on the cluster URL: calls per (function, status)."""
+    report = json.loads(_cli(cfleet, "quality", "--since", "10m", "--format", "json"))
+    return {
+        (row["function"], status): calls
+        for row in report["rows"]
+        for status, calls in row["statuses"].items()
+    }
+
+
+def test_quality_reads_both_groups_aggregates_on_a_cluster(cfleet: ClusterFleet) -> None:
+    """``toolfleet quality`` on a cluster URL counts the calls of both groups, each group's
+    per-minute aggregates read in its own slot: 3 invalid adds and 2 factorials more."""
+    before = _quality_calls(cfleet)
+    with ToolClient(cfleet.url, namespace=cfleet.namespace) as client:
+        for _ in range(3):
+            bad = client.call(F + "add", {"a": 1}, timeout_s=30)
+            assert bad.status is Status.INVALID_ARGUMENTS, bad
+        for n in (3, 4):
+            assert client.call(FACTORIAL, {"n": n}, timeout_s=30).content == FACTORIALS[n]
+    want = {
+        (F + "add", "invalid_arguments"): before.get((F + "add", "invalid_arguments"), 0) + 3,
+        (FACTORIAL, "ok"): before.get((FACTORIAL, "ok"), 0) + 2,
+    }
+    deadline = time.monotonic() + 60  # written at heartbeat time (every 0.5 s here)
+    seen = before
+    while time.monotonic() < deadline:
+        seen = _quality_calls(cfleet)
+        if all(seen.get(key, 0) >= count for key, count in want.items()):
+            break
+        time.sleep(0.5)
+    assert {key: seen.get(key, 0) for key in want} == want, seen
+
+
+def test_exporter_reports_both_groups_queues_on_a_cluster(
+    cfleet: ClusterFleet, tmp_path: Path
+) -> None:
+    """``toolfleet exporter`` on a cluster URL: each group's queue has its one live worker
+    process and depth 0 when idle, and each group's function its worker, read by slot."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    port = free_port()
+    log_path = tmp_path / "exporter.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen([toolfleet_command(), "exporter", "--port", str(port)],
+                                   env={**cfleet.env(), "TOOLFLEET_WORKER_TTL_S": "3"},
+                                   stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        samples: dict[tuple[str, str], float] = {}
+        want = {
+            ("toolfleet_queue_workers", cfleet.test_group.queue): 1.0,
+            ("toolfleet_queue_workers", cfleet.bfcl_group.queue): 1.0,
+            ("toolfleet_queue_depth", cfleet.test_group.queue): 0.0,
+            ("toolfleet_queue_depth", cfleet.bfcl_group.queue): 0.0,
+            ("toolfleet_function_workers", F + "add"): 1.0,
+            ("toolfleet_function_workers", FACTORIAL): 1.0,
+        }
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert process.poll() is None, log_path.read_text()
+            try:
+                url = f"http://127.0.0.1:{port}/metrics"
+                with urllib.request.urlopen(url, timeout=10) as reply:
+                    text = reply.read().decode()
+            except OSError:
+                time.sleep(0.2)
+                continue
+            samples = {
+                (s.name, s.labels.get("queue") or s.labels.get("function", "")): s.value
+                for family in text_string_to_metric_families(text)
+                for s in family.samples
+            }
+            if all(key in samples for key in want):
+                break
+            time.sleep(0.2)
+        assert {key: samples.get(key) for key in want} == want, log_path.read_text()
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
 
 
 # -- SIGKILL of a worker process under load ------------------------------------------------
