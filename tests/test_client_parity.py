@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from conftest import IDLE, LATE_S, Either, Fleet
+from conftest import IDLE, IDLE_QUEUE, LATE_S, Either, Fleet
 from toolfleet.shared import BackpressureError, ClientError, Settings, Status
 
 G = "ext_guarantee_"
@@ -232,6 +232,15 @@ def test_full_queue_refuses_new_calls(
     refused = [client.result(f, 1) for f in futures[3:]]
     assert [r.status for r in refused] == [Status.REJECTED] * 2
     assert "TOOLFLEET_MAX_QUEUE_LENGTH" in (refused[0].error or "")
+    # the client publishes what submit gathered behind it: a fresh client sees the three
+    # once they are on the queue
+    r = redis.Redis.from_url(redis_url)
+    try:
+        deadline = time.monotonic() + 30
+        while r.hlen(f"{idle_namespace}:{IDLE_QUEUE}.msgs") < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        r.close()
     late = make(settings=settings).call(IDLE, {"x": 9}, timeout_s=30)
     assert late.status is Status.REJECTED and "holds 3 calls" in (late.error or "")
     client.close(wait=False)
