@@ -1,4 +1,4 @@
-"""Breakers and catalog recovery on a real Redis Cluster.
+"""Breakers, the ops page and catalog recovery on a real Redis Cluster.
 
 One 3-master loopback cluster for the module: the test tools' group and the limit-test
 tools' group each on its own master, and the fleet-wide slot (catalog, epoch, heartbeats)
@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,18 +25,23 @@ import redis
 import redis.cluster
 from private_cluster import Cluster, Group, start_cluster, start_group, stop_groups, wait_live
 from tenancy_tools import record_key
+from ui_support import UiProcess, csrf_of, start_ui
 
 from conftest import TEST_QUEUE, toolfleet_command
 from toolfleet.producer import ToolClient
+from toolfleet.producer.publish import encode_message
 from toolfleet.shared.naming import (
     broker_heartbeats_key,
     catalog_key,
     catalog_recovering_key,
+    dead_letters_key,
     fleet_namespace,
     group_namespace,
+    reply_key,
+    switches_key,
 )
 from toolfleet.shared.tenancy.breakers import breaker_key
-from toolfleet.shared.wire import Status
+from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallRequest, new_call_id
 
 ADD = "ext_fleet_test_add"
 FLAKY = "ext_tenancy_test_flaky"
@@ -183,6 +192,135 @@ def _group_pids(group: Group) -> list[int]:
     out = subprocess.run(["pgrep", "-P", str(group.process.pid)], capture_output=True,
                          text=True, check=False)  # fmt: skip
     return [group.process.pid, *(int(p) for p in out.stdout.split())]
+
+
+def _page(url: str) -> str:
+    """The HTML ``GET url`` answers (200)."""
+    with urllib.request.urlopen(url, timeout=10) as answer:  # noqa: S310 (a loopback URL)
+        assert answer.status == 200, url
+        return str(answer.read().decode())
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+def _post(url: str, form: dict[str, str]) -> int:
+    """The status ``POST url`` with ``form`` answers (a redirect is not followed)."""
+    data = urllib.parse.urlencode(form).encode()
+    opener = urllib.request.build_opener(_NoRedirect)
+    try:
+        with opener.open(urllib.request.Request(url, data=data, method="POST"), timeout=10) as ok:
+            return int(ok.status)
+    except urllib.error.HTTPError as answered:
+        return int(answered.code)
+
+
+def _cell(html: str, function: str, column: str) -> int | None:
+    """The number in ``column`` (``total`` or a status) of ``function``'s overview row."""
+    row = re.search(rf'<tr data-tool="{re.escape(function)}">(.*?)</tr>', html, re.S)
+    if row is None:
+        return None
+    attribute = "data-total" if column == "total" else f'data-status="{column}"'
+    cell = re.search(rf"<td class=\"n\" {attribute}>(\d+)</td>", row.group(1))
+    return None if cell is None else int(cell.group(1))
+
+
+def _live_workers(html: str, queue: str) -> int | None:
+    """The live workers the overview shows for ``queue`` (None: no row)."""
+    row = re.search(rf'<tr data-queue="{re.escape(queue)}">(.*?)</tr>', html, re.S)
+    if row is None:
+        return None
+    return int(re.findall(r"<td[^>]*>(.*?)</td>", row.group(1))[-1])
+
+
+@pytest.fixture(scope="module")
+def ops(lfleet: LimitsFleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiProcess]:
+    """``toolfleet ui --redis-url redis+cluster://... --no-auth`` on loopback (an operator)."""
+    folder = tmp_path_factory.mktemp("cui")
+    started = start_ui(lfleet.url, lfleet.namespace, folder, "--redis-url", lfleet.url,
+                       "--no-auth", "--interval", "0.5")  # fmt: skip
+    yield started
+    started.stop()
+
+
+def test_the_ops_page_on_a_cluster_url_shows_both_groups_and_flips_a_switch(
+    lfleet: LimitsFleet, rc: redis.cluster.RedisCluster, tc: ToolClient, ops: UiProcess
+) -> None:
+    """``toolfleet ui`` on a cluster URL shows both groups' queues, tools, calls by status
+    and worker processes; an operator's switch through the page refuses the next call, in
+    the producer and in the group's copy the worker reads."""
+    try:
+        assert [tc.call(ADD, {"a": i, "b": 1}).content for i in range(3)] == [1, 2, 3]
+        assert tc.call(ADD, {"a": "x", "b": 1}).status is Status.INVALID_ARGUMENTS
+        assert [tc.call(LIMITED, {"seconds": 0.0}).status for _ in range(2)] == [Status.OK] * 2
+
+        def counted() -> bool:
+            html = _page(ops.url + "/")
+            return (
+                _cell(html, ADD, "ok") == 3
+                and _cell(html, ADD, "invalid_arguments") == 1
+                and _cell(html, LIMITED, "ok") == 2
+            )
+
+        _eventually(counted, 20, "the overview counts both groups' calls")
+        overview = _page(ops.url + "/")
+        assert _live_workers(overview, TEST_QUEUE) == 1, overview
+        assert _live_workers(overview, TENANCY_QUEUE) == 1, overview
+        workers = _page(ops.url + "/workers")
+        for group in (lfleet.test_group, lfleet.tenancy_group):
+            pid = _group_pids(group)[1]
+            assert re.search(rf'<tr data-worker="[^"]*:{pid}"', workers), (group.name, workers)
+        # When an operator turns ADD off through the page
+        page = _page(ops.url + "/switches")
+        assert f'data-switch="{ADD}"' in page and f'data-switch="{LIMITED}"' in page
+        form = {"name": ADD, "state": "off", "csrf": csrf_of(page)}
+        assert _post(ops.url + "/switches", form) == 303
+        # Then the next call is refused, and the group's copy (the worker's) says off too
+        refused = tc.call(ADD, {"a": 1, "b": 1})
+        assert refused.status is Status.NOT_AVAILABLE, refused
+        assert rc.hget(switches_key(lfleet.prefix(lfleet.test_group)), ADD) == b"off"
+        assert tc.call(LIMITED, {"seconds": 0.0}).status is Status.OK  # the other group's
+        assert _post(ops.url + "/switches", {**form, "state": "on"}) == 303
+        assert tc.call(ADD, {"a": 1, "b": 1}).content == 2
+    finally:
+        groups = (lfleet.test_group, lfleet.tenancy_group)
+        for prefix in (lfleet.fleet, *(lfleet.prefix(g) for g in groups)):
+            rc.hdel(switches_key(prefix), ADD)
+
+
+def test_a_dead_letter_in_a_groups_slot_is_listed_and_retried_through_the_page(
+    lfleet: LimitsFleet, rc: redis.cluster.RedisCluster, ops: UiProcess
+) -> None:
+    """A dead letter of the limit-test queue (in its group's slot) is on the failures page;
+    retrying it there runs it again as a new call, answered on the original reply list,
+    whose outcome the page finds by its id."""
+    prefix = lfleet.prefix(lfleet.tenancy_group)
+    reply_to = reply_key(prefix, f"ghost-{uuid.uuid4().hex[:6]}")
+    now = time.time()
+    request = ToolCallRequest(id=new_call_id(), function=LIMITED, arguments={"seconds": 0.0},
+                              reply_to=reply_to, deadline=now - 1, timeout_s=20.0,
+                              sent_at=now - 21)  # fmt: skip
+    redis_id, body = encode_message(TENANCY_QUEUE, request, redis_message_id=request.id)
+    dead = dead_letters_key(prefix, TENANCY_QUEUE)
+    rc.hset(dead + ".msgs", redis_id, body)
+    rc.zadd(dead, {redis_id: int(now * 1000)})
+    _eventually(lambda: f'data-dead="{redis_id}"' in _page(ops.url + "/failures"), 10,
+                "the dead letter is listed")  # fmt: skip
+    page = _page(ops.url + "/failures")
+    form = {"queue": TENANCY_QUEUE, "id": redis_id, "csrf": csrf_of(page)}
+    assert _post(ops.url + "/dead-letters/retry", form) == 303
+    assert rc.zscore(dead, redis_id) is None and not rc.hexists(dead + ".msgs", redis_id)
+    popped = rc.blpop([reply_to], timeout=15)
+    assert popped is not None, "no reply on the original reply list"
+    result = ReplyEnvelope.decode(popped[1]).result
+    assert result is not None and result.status is Status.OK, result
+    assert result.id != request.id and result.function == LIMITED
+    rc.delete(reply_to)
+    # And the new call's outcome, in its group's slot, is found by its id on the page
+    found = _page(ops.url + "/failures?" + urllib.parse.urlencode({"q": result.id}))
+    assert "<strong data-lookup-status>ok</strong>" in found, found
 
 
 def _status_of_a_fresh_producer(lfleet: LimitsFleet, function: str) -> str:
