@@ -14,13 +14,15 @@ import redis
 from pydantic import BaseModel
 
 from toolfleet.shared import Extension, ExtensionContext, Tool
+from toolfleet.shared.connect import sync_client
 from toolfleet.shared.manifest import ToolOptions
 from toolfleet.shared.tenancy.breakers import BreakerPolicy
 
 
 @cache
 def _redis() -> redis.Redis:
-    return redis.Redis.from_url(os.environ["TOOLFLEET_REDIS_URL"])
+    """A client of the fleet's Redis: a plain one, or a cluster client for a cluster URL."""
+    return sync_client(os.environ["TOOLFLEET_REDIS_URL"])  # type: ignore[return-value]
 
 
 def record_key(namespace: str, name: str) -> str:

@@ -6,6 +6,7 @@ Read from the per-minute aggregates the workers add at heartbeat time
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import redis
@@ -60,12 +61,17 @@ class Activity:
     source: str = ""
 
 
-def read_activity(client: redis.Redis, namespace: str, now: float) -> Activity:
+def read_activity(client: redis.Redis, namespace: str | Sequence[str], now: float) -> Activity:
     """The last :data:`WINDOW_MINUTES` minutes of the fleet's per-minute aggregates.
 
-    One pipelined round trip of one ``HGETALL`` per minute
+    One pipelined round trip of one ``HGETALL`` per minute and key prefix
     (:func:`toolfleet.shared.aggregates.read_window`): bounded by the window, whatever
     the call volume. Models are summed per function.
+
+    Args:
+        client: a Redis client of the fleet.
+        namespace: the key prefix, or several (on a cluster: each queue group's).
+        now: the current time, Unix epoch seconds.
 
     Raises:
         redis.RedisError: Redis failed.

@@ -17,6 +17,7 @@ Every response carries a Content-Security-Policy that allows only the app's own 
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -41,13 +42,14 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from toolfleet.shared.group_copies import hset_everywhere
 from toolfleet.shared.naming import switches_key
 from toolfleet.ui import views
 from toolfleet.ui.auth import LOGIN_COOKIE, SESSION_COOKIE, Principal, Role, Sessions
 from toolfleet.ui.config import UiConfig
 from toolfleet.ui.dead_letters import RetryRefused, delete_dead_letter, retry
 from toolfleet.ui.poller import Poller
-from toolfleet.ui.snapshot import read_snapshot
+from toolfleet.ui.snapshot import Snapshot, read_snapshot
 
 __all__ = ["CSP", "create_app"]
 
@@ -136,7 +138,7 @@ def create_app(config: UiConfig) -> Starlette:
         except redis.RedisError as exc:
             return PlainTextResponse(f"the fleet's Redis does not answer: {exc}", status_code=503)
         q = request.query_params.get("q", "").strip()
-        lookup = await _lookup(client, config.namespace, q) if name == "failures" else None
+        lookup = await _lookup(client, snapshot, q) if name == "failures" else None
         context = views.context(
             name, snapshot, q=q, lookup=lookup, may_act=may_act(who), csrf=csrf_for(who),
             role=who.role.value, base=base(request), error=poller.error,
@@ -153,7 +155,12 @@ def create_app(config: UiConfig) -> Starlette:
         if name not in views.PAGES:
             return PlainTextResponse("no such page", status_code=404)
         q = request.query_params.get("q", "").strip()
-        lookup = await _lookup(client, config.namespace, q) if name == "failures" else None
+        lookup = None
+        if name == "failures":
+            try:
+                lookup = await _lookup(client, await poller.current(), q)
+            except redis.RedisError:
+                lookup = None
         template = templates.get_template(f"{name}.html")
         acting = may_act(who)
         token = csrf_for(who)
@@ -215,14 +222,18 @@ def create_app(config: UiConfig) -> Starlette:
         snapshot = await poller.current()
         if state not in ("on", "off") or name not in views.switchable(snapshot):
             return PlainTextResponse("no such switch or state", status_code=400)
-        await anyio.to_thread.run_sync(client.hset, switches_key(config.namespace), name, state)
+        # the fleet copy, and on a cluster every group's (the one its workers' claims read)
+        await anyio.to_thread.run_sync(
+            hset_everywhere, client, switches_key, config.namespace, name, state
+        )
         return _back(request, base(request), "switches", f"{name} is now {state}")
 
     async def retry_letter(request: Request, form: FormData) -> Response:
         queue, redis_id = str(form.get("queue", "")), str(form.get("id", ""))
+        prefix = (await poller.current()).prefix_of(queue)
         try:
             new_id = await anyio.to_thread.run_sync(
-                retry, client, config.namespace, queue, redis_id
+                functools.partial(retry, client, config.namespace, queue, redis_id, prefix=prefix)
             )
         except RetryRefused as exc:
             return _back(request, base(request), "failures", f"not retried: {exc}")
@@ -230,8 +241,11 @@ def create_app(config: UiConfig) -> Starlette:
 
     async def delete_letter(request: Request, form: FormData) -> Response:
         queue, redis_id = str(form.get("queue", "")), str(form.get("id", ""))
+        prefix = (await poller.current()).prefix_of(queue)
         removed = await anyio.to_thread.run_sync(
-            delete_dead_letter, client, config.namespace, queue, redis_id
+            functools.partial(
+                delete_dead_letter, client, config.namespace, queue, redis_id, prefix=prefix
+            )
         )
         said = "deleted" if removed else "already gone"
         return _back(request, base(request), "failures", f"dead letter {redis_id} {said}")
@@ -354,8 +368,9 @@ def _back(request: Request, base: str, page: str, message: str) -> Response:
     return RedirectResponse(f"{base}{target}?{urlencode({'message': message})}", status_code=303)
 
 
-async def _lookup(client: redis.Redis, namespace: str, q: str) -> views.Lookup | None:
-    """The outcome of call ``q`` when ``q`` looks like a call id (one ``GET``)."""
+async def _lookup(client: redis.Redis, snapshot: Snapshot, q: str) -> views.Lookup | None:
+    """The outcome of call ``q`` when ``q`` looks like a call id (one ``GET`` per group)."""
     if not views.looks_like_call_id(q):
         return None
-    return await anyio.to_thread.run_sync(views.lookup_call, client, namespace, q)
+    prefixes = list(snapshot.group_prefixes) or [snapshot.namespace]
+    return await anyio.to_thread.run_sync(views.lookup_call, client, prefixes, q)

@@ -20,9 +20,12 @@ from dataclasses import dataclass
 
 import redis
 
+from toolfleet.producer._core.keyspace import KeySpace
 from toolfleet.producer.publish import Publisher
 from toolfleet.shared import codec
-from toolfleet.shared.naming import dead_letters_key
+from toolfleet.shared.connect import is_cluster
+from toolfleet.shared.naming import DEFAULT_GROUP, dead_letters_key, group_of_namespace
+from toolfleet.shared.pipelines import pipeline
 from toolfleet.shared.tenancy.enqueue import Refused
 from toolfleet.shared.wire import ToolCallRequest, new_call_id
 
@@ -73,15 +76,27 @@ def parse_dead_letter(queue: str, redis_id: str, body: bytes | str | None) -> De
     return DeadLetter(queue, redis_id, request.id, request.function, request.context.account)
 
 
-def retry(client: redis.Redis, namespace: str, queue: str, redis_id: str) -> str:
+def retry(
+    client: redis.Redis, namespace: str, queue: str, redis_id: str, *, prefix: str | None = None
+) -> str:
     """Publish dead letter ``redis_id`` of ``queue`` again as a new call; its new call id.
+
+    Args:
+        client: a Redis client of the fleet.
+        namespace: the fleet's namespace.
+        queue: the dead letter's queue.
+        redis_id: its Dramatiq Redis id.
+        prefix: the key prefix of ``queue``'s keys (on a cluster its group's; default
+            ``namespace``). The new call goes to that group, its reply to the original
+            ``reply_to``.
 
     Raises:
         RetryRefused: it is gone, or not a tool call (then it stays where it was).
         redis.RedisError: Redis failed (a message taken out is put back when possible).
     """
-    key = dead_letters_key(namespace, queue)
-    pipe = client.pipeline(transaction=True)
+    prefix = prefix or namespace
+    key = dead_letters_key(prefix, queue)
+    pipe = pipeline(client, transaction=True)
     pipe.zscore(key, redis_id)
     pipe.hget(key + ".msgs", redis_id)
     died, body = pipe.execute()
@@ -93,7 +108,8 @@ def retry(client: redis.Redis, namespace: str, queue: str, redis_id: str) -> str
         update={"id": new_call_id(), "deadline": time.time() + request.timeout_s}
     )
     try:
-        refused = Publisher(client, namespace).publish(queue, fresh)
+        keys = _keys(client, namespace, prefix, queue, fresh)
+        refused = Publisher(client, namespace, keys=keys).publish(queue, fresh)
     except redis.RedisError:
         _put_back(client, key, redis_id, body, died)
         raise
@@ -104,19 +120,41 @@ def retry(client: redis.Redis, namespace: str, queue: str, redis_id: str) -> str
     return fresh.id
 
 
+def _keys(
+    client: redis.Redis, namespace: str, prefix: str, queue: str, request: ToolCallRequest
+) -> KeySpace | None:
+    """The key layout a retried call is published with: ``None`` on a plain Redis.
+
+    On a cluster: ``queue`` in the group ``prefix`` names, and the reply list of the
+    client that made the call (the id its ``reply_to`` names), which is in that group.
+    """
+    if not is_cluster(client):
+        return None
+    keys = KeySpace(namespace, True, request.reply_to.rpartition(":reply:")[2])
+    group = group_of_namespace(prefix) or DEFAULT_GROUP
+    keys.learn({request.function: {"queue": queue, "group": group}})
+    return keys
+
+
 def _put_back(
     client: redis.Redis, key: str, redis_id: str, body: bytes | str | None, died: float | None
 ) -> None:
-    pipe = client.pipeline(transaction=True)
+    pipe = pipeline(client, transaction=True)
     pipe.hset(key + ".msgs", redis_id, body or b"")
     pipe.zadd(key, {redis_id: died or time.time() * 1000})
     pipe.execute()
 
 
-def delete_dead_letter(client: redis.Redis, namespace: str, queue: str, redis_id: str) -> bool:
-    """Remove dead letter ``redis_id`` of ``queue``; False when it was already gone."""
-    key = dead_letters_key(namespace, queue)
-    pipe = client.pipeline(transaction=True)
+def delete_dead_letter(
+    client: redis.Redis, namespace: str, queue: str, redis_id: str, *, prefix: str | None = None
+) -> bool:
+    """Remove dead letter ``redis_id`` of ``queue``; False when it was already gone.
+
+    ``prefix`` is the key prefix of ``queue``'s keys (on a cluster its group's; default
+    ``namespace``).
+    """
+    key = dead_letters_key(prefix or namespace, queue)
+    pipe = pipeline(client, transaction=True)
     pipe.zrem(key, redis_id)
     pipe.hdel(key + ".msgs", redis_id)
     removed, _ = pipe.execute()

@@ -15,18 +15,30 @@ figures are in ``docs/ui.md``). Four pipelined round trips:
    per worker: calls in flight;
 3. the per-minute aggregates of the last hour (one ``HGETALL`` per minute);
 4. the bodies of the dead letters shown (one ``HMGET`` per queue that has any).
+
+On a Redis Cluster the keys live where :class:`~toolfleet.shared.layout.KeyLayout`
+says: catalog, heartbeats and the fleet copies of switches and limits in the fleet's
+slot; each queue's keys, its functions' breakers and slots, and each group's worker
+infos, events stream and aggregates in the slot of the queue's group (which the catalog
+entries name). The worker infos and events of every group are then read in a round
+trip of their own, after the catalog has named the groups; the events of all groups are
+merged, newest first. The commands are sent in order through
+:func:`toolfleet.shared.pipelines.pipeline` (redis-py's cluster pipeline refuses
+``EVALSHA``); still none is a ``KEYS`` or a ``SCAN``.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 
 from toolfleet.shared import codec, scripts
 from toolfleet.shared.catalog import CatalogEntry
+from toolfleet.shared.layout import KeyLayout
 from toolfleet.shared.naming import (
     catalog_key,
     concurrency_key,
@@ -39,6 +51,7 @@ from toolfleet.shared.naming import (
     worker_info_key,
     workers_key,
 )
+from toolfleet.shared.pipelines import InOrder, pipeline
 from toolfleet.shared.tenancy.breakers import breaker_key
 from toolfleet.shared.tenancy.lanes import lane_keys, uses_lanes
 from toolfleet.shared.tenancy.quotas import Quota, limits_key
@@ -133,7 +146,12 @@ class Failure:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The fleet at ``taken_at`` (Unix epoch seconds), as every page shows it."""
+    """The fleet at ``taken_at`` (Unix epoch seconds), as every page shows it.
+
+    ``queue_prefixes`` maps each catalogued queue to the prefix of its keys and
+    ``group_prefixes`` lists every group's prefix read (on a plain Redis, both name the
+    namespace only).
+    """
 
     taken_at: float
     namespace: str
@@ -147,6 +165,12 @@ class Snapshot:
     failures: tuple[Failure, ...]
     dead_letters: tuple[DeadLetter, ...]
     activity: Activity
+    queue_prefixes: dict[str, str] = field(default_factory=dict)
+    group_prefixes: tuple[str, ...] = ()
+
+    def prefix_of(self, queue: str) -> str:
+        """The key prefix of ``queue``'s keys (its group's on a cluster, else the namespace)."""
+        return self.queue_prefixes.get(queue, self.namespace)
 
     @property
     def verdict(self) -> tuple[str, str]:
@@ -187,11 +211,11 @@ def read_snapshot(
     worker_ttl_s: float = 10.0,
     now: float | None = None,
 ) -> Snapshot:
-    """Read the fleet once (three pipelined round trips; see the module docstring).
+    """Read the fleet once: four pipelined round trips, five on a cluster (module docstring).
 
     Args:
-        client: a Redis client of the fleet.
-        namespace: the fleet's key prefix.
+        client: a Redis client of the fleet (``redis.Redis`` or a cluster client).
+        namespace: the fleet's namespace.
         worker_ttl_s: a worker that has not beaten for this many seconds is not live.
         now: the current time, Unix epoch seconds (default: the clock).
 
@@ -199,44 +223,58 @@ def read_snapshot(
         redis.RedisError: Redis failed.
     """
     now = time.time() if now is None else now
-    first = client.pipeline(transaction=False)
-    first.hgetall(catalog_key(namespace))
-    first.hgetall(switches_key(namespace))
-    first.hgetall(limits_key(namespace))
-    first.hgetall(worker_info_key(namespace))
-    first.xrevrange(events_key(namespace), count=EVENTS_READ)
-    raw_catalog, raw_switches, raw_limits, raw_infos, raw_events = first.execute()
-    catalog = _catalog(raw_catalog)
+    layout = KeyLayout.of(client, namespace)
+    fleet = layout.fleet
+    first = pipeline(client)
+    first.hgetall(catalog_key(fleet))
+    first.hgetall(switches_key(fleet))
+    first.hgetall(limits_key(fleet))
+    if not layout.cluster:  # one prefix, known before the catalog is read
+        _queue_group_reads(first, [namespace])
+    replies = first.execute()
+    raw_catalog, raw_switches, raw_limits = replies[:3]
+    decoded = _decoded(raw_catalog)
+    layout.learn(decoded)
+    catalog = _catalog(decoded)
     queues = sorted({entry.queue for entry in catalog})
     functions = sorted(entry.name for entry in catalog)
-    infos = parse_worker_infos(raw_infos)
+    queue_of = {entry.name: entry.queue for entry in catalog}
+    prefixes = layout.prefixes()
+    if layout.cluster:
+        grouped = pipeline(client)
+        _queue_group_reads(grouped, prefixes)
+        replies = [*replies[:3], *grouped.execute()]
+    infos, info_prefixes, raw_events = _group_replies(prefixes, replies[3:])
+    of_queue = {queue: layout.of_queue(queue) for queue in queues}
 
-    second = client.pipeline(transaction=False)
+    second = pipeline(client)
     for queue in queues:
-        second.zcount(workers_key(namespace, queue), now - worker_ttl_s, "+inf")
-        second.hlen(queue_msgs_key(namespace, queue))
-        second.zcard(dead_letters_key(namespace, queue))
-        second.zrevrange(dead_letters_key(namespace, queue), 0, DEAD_LETTERS_SHOWN - 1)
-        lanes = lane_keys(namespace, queue) if uses_lanes(queue) else []
-        _QUEUE_HEADS(keys=[queue_key(namespace, queue), queue_msgs_key(namespace, queue), *lanes],
-               client=second)  # fmt: skip
+        prefix = of_queue[queue]
+        second.zcount(workers_key(fleet, queue), now - worker_ttl_s, "+inf")
+        second.hlen(queue_msgs_key(prefix, queue))
+        second.zcard(dead_letters_key(prefix, queue))
+        second.zrevrange(dead_letters_key(prefix, queue), 0, DEAD_LETTERS_SHOWN - 1)
+        lanes = lane_keys(prefix, queue) if uses_lanes(queue) else []
+        _queue_heads(second, client, [queue_key(prefix, queue), queue_msgs_key(prefix, queue),
+                                      *lanes])  # fmt: skip
     for function in functions:
-        second.hgetall(breaker_key(namespace, function))
-        second.zcount(concurrency_key(namespace, function), int(now * 1000), "+inf")
-    for info in infos:
-        second.hlen(inflight_key(namespace, info.worker_id))
+        prefix = of_queue[queue_of[function]]
+        second.hgetall(breaker_key(prefix, function))
+        second.zcount(concurrency_key(prefix, function), int(now * 1000), "+inf")
+    for info, prefix in zip(infos, info_prefixes, strict=True):
+        second.hlen(inflight_key(prefix, info.worker_id))
     values: list[Any] = second.execute()
-    activity = read_activity(client, namespace, now)
+    activity = read_activity(client, prefixes, now)
 
     queue_states, dead_ids = _queues(queues, values, now)
     rest = values[5 * len(queues) :]
     breakers = _breakers(functions, rest[: 2 * len(functions)], now)
     in_flight = rest[2 * len(functions) : 2 * len(functions) + len(infos)]
 
-    third = client.pipeline(transaction=False)
+    third = pipeline(client)
     shown = [(queue, ids) for queue, ids in dead_ids if ids]
     for queue, ids in shown:
-        third.hmget(dead_letters_key(namespace, queue) + ".msgs", ids)
+        third.hmget(dead_letters_key(of_queue[queue], queue) + ".msgs", ids)
     bodies: list[Any] = third.execute() if shown else []
     dead: list[DeadLetter] = []
     for (queue, ids), found in zip(shown, bodies, strict=True):
@@ -260,15 +298,78 @@ def read_snapshot(
         failures=tuple(_failures(raw_events)),
         dead_letters=tuple(dead),
         activity=activity,
+        queue_prefixes=of_queue,
+        group_prefixes=tuple(prefixes),
     )
 
 
-def _catalog(raw: dict[bytes, bytes]) -> list[CatalogEntry]:
-    entries = []
-    for value in raw.values():
+def _queue_group_reads(pipe: Any, prefixes: Sequence[str]) -> None:
+    """Queue each group's worker infos and events tail on ``pipe`` (two commands a group)."""
+    for prefix in prefixes:
+        pipe.hgetall(worker_info_key(prefix))
+        pipe.xrevrange(events_key(prefix), count=EVENTS_READ)
+
+
+def _group_replies(
+    prefixes: Sequence[str], replies: Sequence[Any]
+) -> tuple[list[WorkerInfo], list[str], list[Any]]:
+    """The worker infos (with each one's group prefix) and the newest events of all groups.
+
+    Events of several groups are merged by their stream ids (milliseconds first), newest
+    first, and cut to :data:`EVENTS_READ`.
+    """
+    infos: list[WorkerInfo] = []
+    info_prefixes: list[str] = []
+    events: list[Any] = []
+    for i, prefix in enumerate(prefixes):
+        raw_infos, raw_events = replies[2 * i : 2 * i + 2]
+        found = parse_worker_infos(raw_infos)
+        infos += found
+        info_prefixes += [prefix] * len(found)
+        events += raw_events
+    if len(prefixes) > 1:
+        events.sort(key=lambda row: _stream_id(row[0]), reverse=True)
+        events = events[:EVENTS_READ]
+    return infos, info_prefixes, events
+
+
+def _stream_id(raw: bytes | str) -> tuple[int, int]:
+    ms, _, seq = as_text(raw).partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _queue_heads(pipe: Any, client: Any, keys: list[str]) -> None:
+    """Queue the ``queue_heads`` script on ``pipe``.
+
+    A redis-py pipeline registers the script and loads it if Redis lacks it; an
+    :class:`~toolfleet.shared.pipelines.InOrder` one (a cluster) runs it through
+    ``client`` when its turn comes, which loads it on a ``NOSCRIPT`` the same way.
+    """
+    if isinstance(pipe, InOrder):
+        pipe.command_stack.append((_QUEUE_HEADS, (), {"keys": keys, "client": client}))
+    else:
+        _QUEUE_HEADS(keys=keys, client=pipe)
+
+
+def _decoded(raw: dict[bytes, bytes]) -> dict[str, dict[str, Any]]:
+    """The catalog's entries as read: function name -> decoded JSON object."""
+    entries: dict[str, dict[str, Any]] = {}
+    for name, value in raw.items():
         try:
-            entries.append(CatalogEntry.model_validate(codec.loads(value)))
-        except (codec.DecodeError, ValueError):
+            entry = codec.loads(value)
+        except codec.DecodeError:
+            continue
+        if isinstance(entry, dict):
+            entries[as_text(name)] = entry
+    return entries
+
+
+def _catalog(decoded: dict[str, dict[str, Any]]) -> list[CatalogEntry]:
+    entries = []
+    for value in decoded.values():
+        try:
+            entries.append(CatalogEntry.model_validate(value))
+        except ValueError:
             continue
     return sorted(entries, key=lambda entry: entry.name)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,9 +69,21 @@ def looks_like_call_id(q: str) -> bool:
     return bool(_CALL_ID.match(q))
 
 
-def lookup_call(client: redis.Redis, namespace: str, call_id: str) -> Lookup:
-    """The recorded outcome of ``call_id`` (one ``GET``; kept for the outcome TTL)."""
-    raw: Any = client.get(outcome_key(namespace, call_id))
+def lookup_call(client: redis.Redis, namespace: str | Sequence[str], call_id: str) -> Lookup:
+    """The recorded outcome of ``call_id`` (kept for the outcome TTL).
+
+    Args:
+        client: a Redis client of the fleet.
+        namespace: the key prefix, or several (on a cluster each queue group's: an outcome
+            is in its call's group's slot): one ``GET`` per prefix, until one has it.
+        call_id: the call's id.
+    """
+    prefixes = [namespace] if isinstance(namespace, str) else list(namespace)
+    raw: Any = None
+    for prefix in prefixes:
+        raw = client.get(outcome_key(prefix, call_id))
+        if raw is not None:
+            break
     if raw is None:
         return Lookup(call_id)
     try:
