@@ -6,7 +6,9 @@ under its hash tag, beside the fleet copy (``<ns>:{fleet}:switches``, ``...:limi
 people and producers read. ``toolfleet switch`` and ``toolfleet limits`` write the fleet
 copy and the copy of every group the catalog names, one after the other (not in one
 transaction: a call admitted between two writes sees the old state); a worker process
-copies the fleet's into its group's at start, so a group started later has them too.
+copies the fleet's into its group's at start, so a group started later has them too, and
+again when the group's copy is gone (its master lost its data; checked every few
+heartbeats by :func:`restore_group_copy`).
 Quota usage is counted per group (docs/cluster.md). On a plain Redis there is one copy.
 """
 
@@ -22,10 +24,18 @@ from toolfleet.shared.naming import (
     fleet_namespace,
     group_namespace,
     limits_key,
+    settings_copied_key,
     switches_key,
 )
 
-__all__ = ["SETTINGS_KEYS", "copy_to_group", "fleet_copy", "hdel_everywhere", "hset_everywhere"]
+__all__ = [
+    "SETTINGS_KEYS",
+    "copy_to_group",
+    "fleet_copy",
+    "hdel_everywhere",
+    "hset_everywhere",
+    "restore_group_copy",
+]
 
 #: The hashes kept in every group: switches and quotas.
 SETTINGS_KEYS: tuple[Callable[[str], str], ...] = (switches_key, limits_key)
@@ -94,3 +104,25 @@ def copy_to_group(client: Any, group_prefix: str) -> None:
         values = client.hgetall(key(fleet))
         if values:
             client.hset(key(group_prefix), mapping=values)
+    client.set(settings_copied_key(group_prefix), "1")
+
+
+def restore_group_copy(client: Any, group_prefix: str) -> bool:
+    """Copy the fleet's switches and quotas into the group again if the group's copy is gone.
+
+    The group's marker (:func:`~toolfleet.shared.naming.settings_copied_key`) is missing
+    only when its master lost its data (or before the first copy): then the copy is written
+    as at a worker's start. One ``EXISTS`` otherwise; nothing on a plain Redis.
+
+    Returns:
+        Whether the copy was written again.
+
+    Raises:
+        redis.RedisError: Redis failed.
+    """
+    if fleet_namespace(group_prefix) == group_prefix or client.exists(
+        settings_copied_key(group_prefix)
+    ):
+        return False
+    copy_to_group(client, group_prefix)
+    return True

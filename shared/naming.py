@@ -105,6 +105,7 @@ __all__ = [
     "SLOT_INFIX",
     "slot_lock_key",
     "slots_key",
+    "settings_copied_key",
     "switches_key",
     "tool_identity",
     "tool_name_for",
@@ -333,6 +334,16 @@ def extension_switch(slug: str) -> str:
 def switches_key(namespace: str) -> str:
     """The hash of switch states: switch name -> ``on`` | ``off``."""
     return f"{namespace}:switches"
+
+
+def settings_copied_key(namespace: str) -> str:
+    """A queue group's marker that its copy of switches and quotas is written (a cluster).
+
+    Set with the copy (:func:`toolfleet.shared.group_copies.copy_to_group`), never expired:
+    when the group's master loses its data the marker goes with the copy, and the group's
+    workers write the copy again (:func:`toolfleet.shared.group_copies.restore_group_copy`).
+    """
+    return f"{namespace}:settings_copied"
 
 
 def extension_errors_key(namespace: str) -> str:

@@ -37,6 +37,7 @@ from toolfleet.shared.naming import (
     dead_letters_key,
     fleet_namespace,
     group_namespace,
+    limits_key,
     reply_key,
     switches_key,
 )
@@ -375,3 +376,43 @@ def test_the_catalog_is_republished_after_the_fleet_slots_master_lost_its_data(
     with ToolClient(lfleet.url, namespace=ns) as client:
         _eventually(lambda: client.call(FLAKY, {"seconds": 0.0}).ok, 15, "flaky is back")
         assert client.call(NOBODY, {}).status is Status.UNKNOWN_FUNCTION
+
+
+def _limits(lfleet: LimitsFleet, *args: str) -> None:
+    env = {**os.environ, "TOOLFLEET_REDIS_URL": lfleet.url, "TOOLFLEET_NAMESPACE": lfleet.namespace}
+    done = subprocess.run([toolfleet_command(), "limits", *args], capture_output=True,
+                          text=True, env=env, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_groups_master_that_lost_its_data_gets_its_quotas_back(
+    lfleet: LimitsFleet, rc: redis.cluster.RedisCluster
+) -> None:
+    """FLUSHALL on the test group's master: within a few heartbeats its worker writes the
+    fleet's quotas into the group's copy again, and an account over its quota is refused
+    again (its usage went with the data: one call passes first)."""
+    prefix = lfleet.prefix(lfleet.test_group)
+    scope = f"acme-{uuid.uuid4().hex[:6]}/{ADD}"
+    context = {"account": scope.split("/")[0]}
+    _limits(lfleet, "set", scope, "--per-s", "0.01", "--burst", "1")
+    try:
+        with ToolClient(lfleet.url, namespace=lfleet.namespace) as client:
+            assert client.call(ADD, {"a": 1, "b": 1}, context=context).content == 2
+            refused = client.call(ADD, {"a": 1, "b": 1}, context=context)
+            assert refused.status is Status.REJECTED, refused
+        # When the group's master loses its data (its copy of the quotas with it)
+        node = redis.Redis(port=lfleet.cluster.master_of(limits_key(prefix)))
+        try:
+            assert node.hexists(limits_key(prefix), scope)  # the copy is on that very node
+            node.flushall()
+        finally:
+            node.close()
+        # Then its worker copies the fleet's again (every 5th heartbeat: 2.5 s here)
+        _eventually(lambda: bool(rc.hexists(limits_key(prefix), scope)), 30, "quotas copied")
+        with ToolClient(lfleet.url, namespace=lfleet.namespace) as client:
+            first = client.call(ADD, {"a": 2, "b": 2}, context=context, timeout_s=30)
+            second = client.call(ADD, {"a": 2, "b": 2}, context=context, timeout_s=30)
+        assert (first.status, first.content) == (Status.OK, 4), first
+        assert second.status is Status.REJECTED, second
+    finally:
+        _limits(lfleet, "delete", scope)

@@ -23,6 +23,7 @@ from toolfleet.shared import codec
 from toolfleet.shared.catalog_epoch import REPUBLISH_SCRIPT
 from toolfleet.shared.catalog_life import PUBLISH_SCRIPT, contested_message
 from toolfleet.shared.extension_errors import WorkerErrors
+from toolfleet.shared.group_copies import restore_group_copy
 from toolfleet.shared.naming import (
     broker_heartbeats_key,
     brokers_key,
@@ -160,6 +161,12 @@ class CatalogPublisher:
         self._beats += 1
         if self._beats % 5 == 0:
             self._prune_infos(now)
+            if restore_group_copy(self.client, self.namespace):
+                log.warning(
+                    "the switches and quotas of queue group %s were gone from its master "
+                    "(its data was lost): copied the fleet's again",
+                    self.namespace,
+                )
         if self.broker is not None and self._beats % 5 == 0:
             for queue in self.queues:
                 run_maintenance(self.broker, queue)
