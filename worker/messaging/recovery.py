@@ -32,6 +32,7 @@ from toolfleet.shared import scripts
 from toolfleet.shared.naming import (
     acks_key,
     broker_heartbeats_key,
+    broker_queues_key,
     brokers_key,
     concurrency_key,
     inflight_key,
@@ -112,6 +113,7 @@ def recover_dead_worker(client: redis.Redis, namespace: str, worker_id: str) -> 
         keys = [key, queue_key(namespace, queue), queue_msgs_key(namespace, queue)]
         moved += int(requeue(keys=keys))
     client.zrem(broker_heartbeats_key(namespace), dead)
+    client.hdel(broker_queues_key(namespace), dead)  # the record of its queues goes with it
     client.hdel(brokers_key(namespace), worker_id)
     if moved:
         log.warning("requeued %d messages of dead worker %s", moved, worker_id)
