@@ -14,8 +14,9 @@ with the same semantics and Dramatiq's key layout, every key declared:
 1. the dead brokers are read client-side (``ZRANGEBYSCORE`` of
    :func:`~toolfleet.shared.naming.broker_heartbeats_key` up to now minus the timeout);
 2. each dead broker's acks set of every queue it consumed goes back to that queue, at its
-   head (``requeue_at_head.lua``, the script that also recovers a process the supervisor
-   saw die: the messages were fetched before everything still queued). Which queues a
+   head (:func:`~toolfleet.worker.messaging.recovery.requeue_acks`, the step that also
+   recovers a process the supervisor saw die: the messages were fetched before everything
+   still queued). Which queues a
    broker consumed is recorded when it starts (:func:`record_broker_queues`, the hash
    :func:`~toolfleet.shared.naming.broker_queues_key`); with that record its heartbeat and
    record are then dropped once none of its acks sets exists (``forget_broker.lua``). A
@@ -56,10 +57,10 @@ from toolfleet.shared.naming import (
     broker_heartbeats_key,
     broker_queues_key,
     dead_letters_key,
-    queue_key,
     queue_msgs_key,
 )
 from toolfleet.shared.text import as_text
+from toolfleet.worker.messaging.recovery import recorded_queues, requeue_acks
 
 __all__ = [
     "DEAD_LETTER_BATCH",
@@ -74,9 +75,7 @@ log = logging.getLogger("toolfleet.worker.maintenance")
 #: Most dead letters one script call drops (well inside Lua's ``unpack`` limit).
 DEAD_LETTER_BATCH = 500
 
-#: ``requeue_at_head.lua`` (what it takes and returns is written at its head).
-_REQUEUE_AT_HEAD = scripts.script("requeue_at_head")
-#: ``forget_broker.lua``.
+#: ``forget_broker.lua`` (what it takes and returns is written at its head).
 _FORGET_BROKER = scripts.script("forget_broker")
 #: ``expire_dead_letters.lua``.
 _EXPIRE_DEAD_LETTERS = scripts.script("expire_dead_letters")
@@ -140,19 +139,6 @@ def record_broker_queues(
     client.hset(broker_queues_key(namespace), broker_id, value)
 
 
-def _recorded(raw: bytes | str | None) -> list[str] | None:
-    """The queues of a record, or None when there is none or it does not parse."""
-    if raw is None:
-        return None
-    try:
-        value = json.loads(as_text(raw))
-    except ValueError:
-        return None
-    if not isinstance(value, list) or not all(isinstance(q, str) for q in value):
-        return None
-    return value
-
-
 def run_maintenance(
     broker: RedisBroker, queues: Iterable[str], *, now_ms: int | None = None
 ) -> MaintenanceResult:
@@ -190,13 +176,8 @@ def run_maintenance(
     requeued = forgotten = 0
     records = client.hmget(records_key, dead) if dead else []
     for dead_id, raw in zip(dead, records, strict=True):
-        recorded = _recorded(raw)
-        consumed = served if recorded is None else recorded
-        triples: list[str] = []
-        for queue in consumed:  # acks set, queue list, messages hash
-            triples += [acks_key(ns, dead_id, queue), queue_key(ns, queue)]
-            triples.append(queue_msgs_key(ns, queue))
-        moved = int(_REQUEUE_AT_HEAD(keys=triples, client=client)) if triples else 0
+        recorded = recorded_queues(raw)
+        moved = requeue_acks(client, ns, dead_id, served if recorded is None else recorded)
         requeued += moved
         if moved:
             log.warning("requeued %d messages of dead broker %s", moved, dead_id)
