@@ -137,9 +137,9 @@ def recover_dead_worker(client: redis.Redis, namespace: str, worker_id: str) -> 
     """Requeue the unacknowledged messages of dead process ``worker_id`` at their queues' head.
 
     Its calls' concurrency slots are freed first (:func:`forget_calls`). Its broker's acks
-    sets are those of the queues its worker recorded at start
-    (:func:`~toolfleet.shared.naming.broker_queues_key`), found by ``SCAN`` only for a
-    worker that wrote no record.
+    sets and its places in the queues' live-worker sets are those of the queues its worker
+    recorded at start (:func:`~toolfleet.shared.naming.broker_queues_key`), found by
+    ``SCAN`` only for a worker that wrote no record.
 
     Returns:
         How many messages went back to their queues.
@@ -149,13 +149,19 @@ def recover_dead_worker(client: redis.Redis, namespace: str, worker_id: str) -> 
     """
     broker_id = client.hget(brokers_key(namespace), worker_id)
     forget_calls(client, namespace, worker_id)  # nothing runs there any more
-    for key in client.scan_iter(match=workers_key(namespace, "*"), count=1000):
-        client.zrem(key, worker_id)
-    if broker_id is None:
+    dead = None if broker_id is None else as_text(broker_id)
+    queues = (
+        None if dead is None else recorded_queues(client.hget(broker_queues_key(namespace), dead))
+    )
+    if queues is None:  # no record of its queues (an older worker): find its sets by SCAN
+        for key in client.scan_iter(match=workers_key(namespace, "*"), count=1000):
+            client.zrem(key, worker_id)
+    else:
+        for queue in queues:
+            client.zrem(workers_key(namespace, queue), worker_id)
+    if dead is None:
         return 0
-    dead = as_text(broker_id)
-    queues = recorded_queues(client.hget(broker_queues_key(namespace), dead))
-    if queues is None:  # no record of its queues (an older worker): find its acks sets
+    if queues is None:
         prefix = acks_key(namespace, dead, "")
         found = client.scan_iter(match=f"{prefix}*", count=1000)
         queues = [as_text(key)[len(prefix) :] for key in found]
