@@ -20,6 +20,7 @@ Redis keys (``ns`` is the namespace, default ``toolfleet``)::
     <ns>:outcome:<id>            a call's terminal result (for redelivered messages)
     <ns>:cancel:<id>             a canceled call; <ns>:cancel is the pub/sub channel
     <ns>:brokers                 hash: worker id -> Dramatiq broker id
+    <ns>:__broker_queues__       hash: Dramatiq broker id -> the queues it consumes (JSON list)
     <ns>:inflight:<worker_id>    hash: call id -> the running call (for the watchdog)
     <ns>:events                  stream of lifecycle events (capped)
     <ns>:mcp_servers             hash: worker id -> its MCP sessions' states (JSON, with "at")
@@ -60,6 +61,7 @@ __all__ = [
     "fleet_base",
     "breaker_key",
     "broker_heartbeats_key",
+    "broker_queues_key",
     "brokers_key",
     "cancel_channel",
     "cancel_key",
@@ -460,6 +462,18 @@ def dead_letters_key(namespace: str, queue: str) -> str:
 def broker_heartbeats_key(namespace: str) -> str:
     """Dramatiq's sorted set of broker ids by their last heartbeat (epoch milliseconds)."""
     return f"{namespace}:__heartbeats__"
+
+
+def broker_queues_key(namespace: str) -> str:
+    """Hash: Dramatiq broker id -> the queues it consumes, a JSON list of names.
+
+    Written by each worker process before it consumes (and again every heartbeat), deleted
+    with the broker's heartbeat by :func:`toolfleet.worker.messaging.maintenance.run_maintenance`:
+    it names every acks set (:func:`acks_key`) a dead broker can have left, so
+    maintenance finds them without ``KEYS``. Named like Dramatiq's ``__heartbeats__``, so
+    no queue's key can be the same.
+    """
+    return f"{namespace}:__broker_queues__"
 
 
 def acks_key(namespace: str, broker_id: str, queue: str) -> str:

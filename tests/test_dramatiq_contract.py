@@ -31,7 +31,7 @@ from toolfleet.shared.naming import actor_name_for, brokers_key, outcome_key
 from toolfleet.shared.tenancy.lanes import TOKEN, lane_key, shard_for
 from toolfleet.shared.wire import ToolCallRequest
 from toolfleet.worker.messaging.broker import FleetRedisBroker, WaitingConsumer, make_broker
-from toolfleet.worker.messaging.maintenance import run_maintenance
+from toolfleet.worker.messaging.maintenance import record_broker_queues, run_maintenance
 from toolfleet.worker.messaging.recovery import recover_dead_worker
 from toolfleet.worker.pipeline.ledger import Posted, post_outcome
 
@@ -118,6 +118,9 @@ def test_redis_consumer_internals_used_by_the_waiting_consumer(
         assert hasattr(broker, name), name
     assert "dispatch" in broker.scripts
     assert isinstance(broker._max_unpack_size(), int)
+    # the dispatch script's maintenance is asked for through this method (0: never)
+    assert "self._should_do_maintenance(command)" in inspect.getsource(RedisBroker._dispatch)
+    assert broker._should_do_maintenance("fetch") == 0
 
 
 def test_dispatch_script_reads_only_its_first_key_and_is_called_with_keywords(
@@ -203,7 +206,7 @@ def test_dispatch_commands_and_key_layout(broker: FleetRedisBroker, ns: str) -> 
 def test_forced_maintenance_returns_a_dead_brokers_messages(
     broker: FleetRedisBroker, redis_url: str, ns: str
 ) -> None:
-    """Forced maintenance (qsize) requeues a dead broker's unacked messages and forgets it."""
+    """Maintenance requeues a dead broker's unacked messages and forgets it (its acks layout)."""
     r = broker.client
     dead = make_broker(redis_url, ns)
     try:
@@ -211,8 +214,9 @@ def test_forced_maintenance_returns_a_dead_brokers_messages(
         assert dead.fetch_with_ids(QUEUE, 10)
         dead_acks = f"{ns}:__acks__.{dead.broker_id}.{QUEUE}"
         assert r.smembers(dead_acks) == {message_id.encode()}
+        record_broker_queues(r, ns, dead.broker_id, [QUEUE])  # as a worker does at start
         r.zadd(f"{ns}:__heartbeats__", {dead.broker_id: 1})  # long dead
-        run_maintenance(broker, QUEUE)
+        run_maintenance(broker, [QUEUE])
         assert r.lrange(f"{ns}:{QUEUE}", 0, -1) == [message_id.encode()]
         assert not r.exists(dead_acks)
         assert r.zscore(f"{ns}:__heartbeats__", dead.broker_id) is None
@@ -229,7 +233,9 @@ def test_recovery_reads_the_acks_layout(broker: FleetRedisBroker, redis_url: str
         assert dead.fetch_with_ids(QUEUE, 1)
         waiting = _publish(broker)
         r.hset(brokers_key(ns), "host:1", dead.broker_id)
+        record_broker_queues(r, ns, dead.broker_id, [QUEUE])
         assert recover_dead_worker(r, ns, "host:1") == 1
+        assert r.hget(f"{ns}:__broker_queues__", dead.broker_id) is None
         assert r.lrange(f"{ns}:{QUEUE}", 0, -1) == [held.encode(), TOKEN.encode()]
         fetched = [redis_id for redis_id, _ in broker.fetch_with_ids(QUEUE, 2)]
         assert fetched == [held, waiting]  # the held one first
@@ -274,7 +280,7 @@ def test_script_calls_survive_a_flushed_script_cache() -> None:
         r.script_flush()
         assert len(broker.fetch_with_ids(QUEUE, 1)) == 1
         r.script_flush()
-        run_maintenance(broker, QUEUE)
+        run_maintenance(broker, [QUEUE])
         size = broker.do_qsize(QUEUE)  # 2 messages, 1 of them also in the acks set
         pipe = r.pipeline(transaction=False)
         broker.scripts["dispatch"](

@@ -23,7 +23,7 @@ def _group_keys(prefix: str) -> list[str]:
         n.breaker_key(prefix, "f"), n.quota_inflight_key(prefix, "a"),
         n.quota_rate_key(prefix, "a"), n.limits_key(prefix), n.switches_key(prefix),
         n.reply_key(prefix, "client"), n.events_key(prefix), n.brokers_key(prefix),
-        n.settings_copied_key(prefix),
+        n.settings_copied_key(prefix), n.broker_queues_key(prefix),
     ]  # fmt: skip
 
 
@@ -47,7 +47,7 @@ def test_plain_redis_key_names_are_unchanged() -> None:
         "toolfleet:cancel:c1", "toolfleet:inflight:w", "toolfleet:concurrency:f",
         "toolfleet:breaker:f", "toolfleet:quota:inflight:a", "toolfleet:quota:rate:a",
         "toolfleet:limits", "toolfleet:switches", "toolfleet:reply:client", "toolfleet:events",
-        "toolfleet:brokers", "toolfleet:settings_copied",
+        "toolfleet:brokers", "toolfleet:settings_copied", "toolfleet:__broker_queues__",
     ]  # fmt: skip
     assert _fleet_keys(prefix) == [
         "toolfleet:catalog", "toolfleet:catalog:epoch", "toolfleet:catalog:recovering",

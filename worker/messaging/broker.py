@@ -10,8 +10,10 @@ fetch, which also takes from the queue's account lanes round-robin
 ran dry) it goes back to the wait, not to another fetch. A message whose call is answered is
 acknowledged in the script that posts the reply (Dramatiq's ``ack`` commands, on its
 keys), saving Dramatiq's own round trip. Message format, keys, acks, heartbeats and dead
-letters are Dramatiq's; the broker heartbeat Dramatiq writes on every fetch is written by
-the process's periodic heartbeat instead
+letters are Dramatiq's, but Dramatiq's own maintenance (``KEYS`` inside its dispatch
+script) never runs here: toolfleet's runs instead (:mod:`.maintenance`). The broker
+heartbeat Dramatiq writes on every fetch is written by the process's periodic heartbeat
+instead
 (:class:`~toolfleet.worker.supervision.heartbeat.CatalogPublisher`, every
 ``heartbeat_interval_s``, well inside ``broker_heartbeat_timeout_s``), so a fetch costs
 no heartbeat command. A message that does not decode is dead-lettered on its own
@@ -389,6 +391,16 @@ class FleetRedisBroker(RedisBroker):
     _inline_acks: dict[str, InlineAck] | None = None
     _paused: dict[str, float] | None = None
 
+    def _should_do_maintenance(self, command: str) -> int:
+        """0: Dramatiq's dispatch script never runs its own maintenance here.
+
+        Its maintenance calls ``KEYS`` and builds its keys inside Lua (undeclared, so not
+        routable on a Redis Cluster); toolfleet's workers run
+        :func:`~toolfleet.worker.messaging.maintenance.run_maintenance` instead, whatever
+        ``maintenance_chance`` says (:func:`make_broker` sets it to 0 as well).
+        """
+        return 0
+
     def pause_fetch(self, queue_name: str, seconds: float) -> None:
         """Let this broker's consumer of ``queue_name`` fetch nothing for ``seconds``.
 
@@ -554,6 +566,7 @@ def make_broker(
         client=client,
         namespace=group_namespace(namespace, group, cluster=is_cluster(client)),
         middleware=stack + list(middleware or []),
+        maintenance_chance=0,  # toolfleet runs its own (worker.messaging.maintenance)
     )
     if is_cluster(client):
         hold_dispatch_through_migrations(broker)

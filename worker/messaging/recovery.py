@@ -13,6 +13,8 @@ queued, so at the tail they would wait for the whole backlog (measured: 3.8 s be
 short calls, and past their deadline behind a long backlog) while later calls are
 served first. The script keeps Dramatiq's key layout and semantics otherwise: an id
 leaves the dead broker's acknowledgement set and returns only if its message still exists.
+The same step (:func:`requeue_acks`) serves the periodic maintenance
+(:mod:`.maintenance`), which finds brokers dead by their heartbeat instead.
 
 The dead process's calls also give back their concurrency slots in that step
 (:func:`forget_calls`): its in-flight records name each call (the slot's holder) and its
@@ -23,7 +25,9 @@ plus a margin; see :mod:`toolfleet.worker.tenancy.concurrency`).
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Iterable
 
 import redis
 from pydantic import ValidationError
@@ -32,6 +36,7 @@ from toolfleet.shared import scripts
 from toolfleet.shared.naming import (
     acks_key,
     broker_heartbeats_key,
+    broker_queues_key,
     brokers_key,
     concurrency_key,
     inflight_key,
@@ -42,15 +47,57 @@ from toolfleet.shared.naming import (
 from toolfleet.shared.text import as_text
 from toolfleet.worker.pipeline.ledger import InFlight
 
-__all__ = ["forget_calls", "recover_dead_worker"]
+__all__ = ["forget_calls", "recorded_queues", "recover_dead_worker", "requeue_acks"]
 
 log = logging.getLogger("toolfleet.worker.recovery")
 
-#: ``requeue_at_head.lua`` (what it takes and returns is written at its head).
-_REQUEUE_AT_HEAD = scripts.source("requeue_at_head")
-
 #: ``forget_calls.lua`` (what it takes and returns is written at its head).
 _FORGET_CALLS = scripts.source("forget_calls")
+#: ``requeue_at_head.lua`` run by :func:`requeue_acks`, on the client given at each call.
+_REQUEUE_ACKS = scripts.script("requeue_at_head")
+
+
+def requeue_acks(client: redis.Redis, namespace: str, broker_id: str, queues: Iterable[str]) -> int:
+    """Give broker ``broker_id``'s acks sets of ``queues`` back at their queues' head.
+
+    One ``requeue_at_head.lua`` call, a triple of declared keys per queue (acks set, queue
+    list, messages hash): an id goes back only if its message still exists, and each acks
+    set is deleted. Missing sets cost nothing but their keys.
+
+    Args:
+        client: Redis client.
+        namespace: the broker's namespace (Dramatiq's; the group's on a cluster).
+        broker_id: Dramatiq's ``broker_id`` of the dead broker.
+        queues: the queues whose acks sets are given back.
+
+    Returns:
+        How many messages went back to their queues.
+
+    Raises:
+        redis.RedisError: Redis failed.
+    """
+    keys: list[str] = []
+    for queue in queues:
+        keys += [acks_key(namespace, broker_id, queue), queue_key(namespace, queue)]
+        keys.append(queue_msgs_key(namespace, queue))
+    return int(_REQUEUE_ACKS(keys=keys, client=client)) if keys else 0
+
+
+def recorded_queues(raw: bytes | str | None) -> list[str] | None:
+    """The queues of a :func:`~toolfleet.shared.naming.broker_queues_key` entry.
+
+    Returns:
+        The names, or None when there is no entry or it is not a JSON list of strings.
+    """
+    if raw is None:
+        return None
+    try:
+        value = json.loads(as_text(raw))
+    except ValueError:
+        return None
+    if not isinstance(value, list) or not all(isinstance(q, str) for q in value):
+        return None
+    return value
 
 
 def forget_calls(client: redis.Redis, namespace: str, worker_id: str) -> int:
@@ -89,7 +136,10 @@ def forget_calls(client: redis.Redis, namespace: str, worker_id: str) -> int:
 def recover_dead_worker(client: redis.Redis, namespace: str, worker_id: str) -> int:
     """Requeue the unacknowledged messages of dead process ``worker_id`` at their queues' head.
 
-    Its calls' concurrency slots are freed first (:func:`forget_calls`).
+    Its calls' concurrency slots are freed first (:func:`forget_calls`). Its broker's acks
+    sets and its places in the queues' live-worker sets are those of the queues its worker
+    recorded at start (:func:`~toolfleet.shared.naming.broker_queues_key`), found by
+    ``SCAN`` only for a worker that wrote no record.
 
     Returns:
         How many messages went back to their queues.
@@ -99,19 +149,25 @@ def recover_dead_worker(client: redis.Redis, namespace: str, worker_id: str) -> 
     """
     broker_id = client.hget(brokers_key(namespace), worker_id)
     forget_calls(client, namespace, worker_id)  # nothing runs there any more
-    for key in client.scan_iter(match=workers_key(namespace, "*"), count=1000):
-        client.zrem(key, worker_id)
-    if broker_id is None:
+    dead = None if broker_id is None else as_text(broker_id)
+    queues = (
+        None if dead is None else recorded_queues(client.hget(broker_queues_key(namespace), dead))
+    )
+    if queues is None:  # no record of its queues (an older worker): find its sets by SCAN
+        for key in client.scan_iter(match=workers_key(namespace, "*"), count=1000):
+            client.zrem(key, worker_id)
+    else:
+        for queue in queues:
+            client.zrem(workers_key(namespace, queue), worker_id)
+    if dead is None:
         return 0
-    dead = as_text(broker_id)
-    requeue = client.register_script(_REQUEUE_AT_HEAD)
-    prefix = acks_key(namespace, dead, "")
-    moved = 0
-    for key in list(client.scan_iter(match=f"{prefix}*", count=1000)):
-        queue = as_text(key)[len(prefix) :]
-        keys = [key, queue_key(namespace, queue), queue_msgs_key(namespace, queue)]
-        moved += int(requeue(keys=keys))
+    if queues is None:
+        prefix = acks_key(namespace, dead, "")
+        found = client.scan_iter(match=f"{prefix}*", count=1000)
+        queues = [as_text(key)[len(prefix) :] for key in found]
+    moved = requeue_acks(client, namespace, dead, queues)
     client.zrem(broker_heartbeats_key(namespace), dead)
+    client.hdel(broker_queues_key(namespace), dead)  # the record of its queues goes with it
     client.hdel(brokers_key(namespace), worker_id)
     if moved:
         log.warning("requeued %d messages of dead worker %s", moved, worker_id)

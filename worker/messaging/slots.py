@@ -70,10 +70,11 @@ class SlotJanitor:
     def sweep(self, broker: RedisBroker) -> int:
         """Move the messages of gone slots' queues back to their own queues.
 
-        Dramatiq's maintenance first gives the unacknowledged messages of the slot's dead
-        brokers back to the slot queue; then each message is rewritten for the tool's own
-        queue (``queue_name``, ``actor_name``) and moved. A slot with nothing left is
-        removed from the registry. One worker at a time per slot (a short Redis lock).
+        Maintenance (:func:`~toolfleet.worker.messaging.maintenance.run_maintenance`) first
+        gives the unacknowledged messages of the slot's dead brokers back to the slot
+        queue; then each message is rewritten for the tool's own queue (``queue_name``,
+        ``actor_name``) and moved. A slot with nothing left is removed from the registry.
+        One worker at a time per slot (a short Redis lock).
 
         Returns:
             Messages moved.
@@ -99,7 +100,7 @@ class SlotJanitor:
         return bool(newest) and float(newest[0][1]) >= time.time() - self.stale_s
 
     def _hand_back(self, broker: RedisBroker, slot: str, queue: str) -> int:
-        run_maintenance(broker, slot)
+        run_maintenance(broker, [slot])
         ns = broker.namespace
         ids = self.client.lrange(queue_key(ns, slot), 0, MOVE_BATCH - 1)
         pipe = pipeline(self.client)

@@ -44,7 +44,7 @@ from toolfleet.shared.naming import (
 from toolfleet.shared.pipelines import pipeline
 from toolfleet.shared.text import as_text
 from toolfleet.shared.worker_info import WorkerInfo, parse_worker_infos, stale_ids
-from toolfleet.worker.messaging.maintenance import run_maintenance
+from toolfleet.worker.messaging.maintenance import record_broker_queues, run_maintenance
 from toolfleet.worker.messaging.slots import SlotJanitor
 from toolfleet.worker.pipeline.ledger import INFLIGHT_TTL_S
 from toolfleet.worker.registry.registry import Registry
@@ -68,9 +68,11 @@ class CatalogPublisher:
         worker_ttl_s: heartbeats older than this are pruned from the workers sets.
         broker: this process's Dramatiq broker. Its heartbeat is refreshed every beat
             (Dramatiq refreshes it only when a consumer talks to Redis, which a worker
-            whose threads are all busy with long calls may not do), and every 5th beat
-            Dramatiq's own maintenance runs for each queue, handing messages of workers
-            dead for ``heartbeat_timeout`` back to their queue.
+            whose threads are all busy with long calls may not do), with the record of
+            the queues it consumes, and every 5th beat toolfleet's maintenance runs
+            (:func:`~toolfleet.worker.messaging.maintenance.run_maintenance`), handing
+            messages of brokers dead for ``heartbeat_timeout`` back to their queue and
+            dropping dead letters older than ``dead_message_ttl``.
         janitor: registers this process's slot queues every beat and, with the
             maintenance, hands back the calls of slots that are gone (session affinity).
         threads: this process's worker threads (said in its :class:`WorkerInfo`).
@@ -168,8 +170,7 @@ class CatalogPublisher:
                     self.namespace,
                 )
         if self.broker is not None and self._beats % 5 == 0:
-            for queue in self.queues:
-                run_maintenance(self.broker, queue)
+            run_maintenance(self.broker, self.queues)
             if self.janitor is not None:
                 self.janitor.sweep(self.broker)
 
@@ -246,6 +247,8 @@ class CatalogPublisher:
                 broker_heartbeats_key(self.namespace), {self.broker.broker_id: int(now * 1000)}
             )
             pipe.hset(brokers_key(self.namespace), self.worker_id, self.broker.broker_id)
+            # written at start already; again here for a Redis that lost its data
+            record_broker_queues(pipe, self.namespace, self.broker.broker_id, self.queues)
         pipe.hset(worker_info_key(self.namespace), self.worker_id, self._info(now))
         drained = self._drain_into(pipe)
         sent = time.perf_counter()

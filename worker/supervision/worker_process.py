@@ -24,10 +24,11 @@ import redis
 from toolfleet.shared.aggregates import Accumulator
 from toolfleet.shared.group_copies import copy_to_group
 from toolfleet.shared.lifeline import die_with_parent
-from toolfleet.shared.naming import affinity_queue_for, brokers_key
+from toolfleet.shared.naming import affinity_queue_for, broker_heartbeats_key, brokers_key
 from toolfleet.shared.settings import Settings
 from toolfleet.worker.messaging.actors import MessageHandler, declare_actors
 from toolfleet.worker.messaging.broker import fleet_middleware, make_broker, wake_consumers
+from toolfleet.worker.messaging.maintenance import record_broker_queues
 from toolfleet.worker.messaging.slots import SlotJanitor
 from toolfleet.worker.pipeline.calls import CallPipeline
 from toolfleet.worker.pipeline.cancels import CancelListener
@@ -190,7 +191,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     handler = MessageHandler(pipeline, ledger, observer, recorder)
     declare_actors(broker, handler, queues, private=routes)
-    broker.client.hset(brokers_key(namespace), worker_id, broker.broker_id)
+    # before anything is fetched: the broker's heartbeat, then the record of its queues by
+    # which maintenance finds the acks sets it leaves if it dies
+    started = broker.client.pipeline(transaction=False)
+    started.hset(brokers_key(namespace), worker_id, broker.broker_id)
+    started.zadd(broker_heartbeats_key(namespace), {broker.broker_id: int(time.time() * 1000)})
+    record_broker_queues(started, namespace, broker.broker_id, queues | set(routes))
+    started.execute()
     janitor = (
         SlotJanitor(broker.client, namespace, affinity_routes, settings.worker_ttl_s * 3)
         if routes
