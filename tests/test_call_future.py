@@ -1,13 +1,17 @@
 """``CallFuture``: a ``concurrent.futures.Future`` that makes its condition only when needed.
 
-No Redis: the future alone, as the pending-call table and callers use it.
+No Redis: the future alone, as the pending-call table and callers use it, and what a call
+in flight costs the table and its future (``bench/client_memory.py`` measures whole clients).
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures as cf
+import gc
 import threading
 import time
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -113,3 +117,47 @@ def test_repr_names_the_state() -> None:
     assert "pending" in repr(future)
     future.set_result(1)  # type: ignore[arg-type]
     assert "finished" in repr(future)
+
+
+def _bytes_per_pending_call(make_future: Any, calls: int = 2000) -> float:
+    """Bytes the pending-call table and the futures hold per call (requests made before)."""
+    from toolfleet.producer._core.calls import build_request
+    from toolfleet.producer._core.pending import PendingTable
+    from toolfleet.shared.wire import CallContext
+
+    context = CallContext()
+    requests = [
+        build_request(
+            "f", {"n": i}, tool_call_id=None, context=context, timeout_s=60.0, reply_to="r"
+        )
+        for i in range(calls)
+    ]
+    table = PendingTable(lambda: None)
+    futures: list[Any] = [None] * calls
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for i, request in enumerate(requests):
+            futures[i] = make_future(request.id)
+            table.add(request, futures[i])
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    assert table.in_flight == calls
+    return held / calls
+
+
+def test_a_sync_call_in_flight_takes_little_memory() -> None:
+    assert _bytes_per_pending_call(CallFuture) < 768
+
+
+def test_an_async_call_in_flight_takes_little_memory() -> None:
+    from toolfleet.producer.async_listener import AsyncCallFuture
+
+    loop = asyncio.new_event_loop()
+    try:
+        assert _bytes_per_pending_call(lambda call_id: AsyncCallFuture(call_id, loop=loop)) < 768
+    finally:
+        loop.close()
