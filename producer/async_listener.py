@@ -36,6 +36,8 @@ log = logging.getLogger("toolfleet.producer.listener")
 class AsyncCallFuture(asyncio.Future[ToolCallResult]):
     """The asyncio future of one call; ``call_id`` is the request id (for ``cancel``)."""
 
+    __slots__ = ("call_id",)
+
     def __init__(self, call_id: str, *, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(loop=loop)
         self.call_id = call_id

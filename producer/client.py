@@ -11,7 +11,15 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Generator
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
+from concurrent.futures._base import (
+    CANCELLED,
+    CANCELLED_AND_NOTIFIED,
+    FINISHED,
+    LOGGER,
+    PENDING,
+    RUNNING,
+)
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -54,12 +62,153 @@ T = TypeVar("T")
 __all__ = ["CallFuture", "ToolClient"]
 
 
-class CallFuture(Future[ToolCallResult]):
-    """The future of one call; ``call_id`` is the request id (for :meth:`ToolClient.cancel`)."""
+#: Guards the state of every :class:`CallFuture` that has no condition of its own yet, and
+#: the making of that condition (held for a few attribute writes at a time).
+_LAZY = threading.Lock()
 
-    def __init__(self, call_id: str) -> None:
-        super().__init__()
+_DONE = frozenset({CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED})
+
+
+class CallFuture(Future[ToolCallResult]):
+    """The future of one call; ``call_id`` is the request id (for :meth:`ToolClient.cancel`).
+
+    A ``concurrent.futures.Future`` (``wait``, ``as_completed``, callbacks, cancel) that
+    makes its ``threading.Condition`` only when a thread has to wait on it, or when any
+    method it does not take over itself runs: a call in flight holds no lock, condition or
+    list of its own. Until the condition exists, the future's state changes under one lock
+    shared by all futures (:data:`_LAZY`); after, under its condition, as any Future's.
+    """
+
+    __slots__ = (
+        "_callbacks",
+        "_cond",
+        "_exception",
+        "_result",
+        "_state",
+        "_waiter_list",
+        "call_id",
+    )
+
+    def __init__(self, call_id: str) -> None:  # noqa: D107 - the class says it
+        # Future.__init__ is not called: it makes the condition and two lists
         self.call_id = call_id
+        self._state = PENDING
+        self._result: ToolCallResult | None = None
+        self._exception: BaseException | None = None
+        self._cond: threading.Condition | None = None
+        self._waiter_list: list[Any] | None = None
+        #: None, the one callback, or a list of them
+        self._callbacks: Callable[[Any], object] | list[Callable[[Any], object]] | None = None
+
+    @property
+    def _condition(self) -> threading.Condition:  # type: ignore[override]
+        """The future's condition, made on first use (what Future's own methods take)."""
+        cond = self._cond
+        if cond is None:
+            with _LAZY:
+                cond = self._cond
+                if cond is None:
+                    cond = self._cond = threading.Condition()
+        return cond
+
+    @property
+    def _waiters(self) -> list[Any]:  # type: ignore[override]
+        """The waiters of ``concurrent.futures.wait`` (appended under the condition)."""
+        if self._waiter_list is None:
+            with self._condition:
+                if self._waiter_list is None:
+                    self._waiter_list = []
+        return self._waiter_list
+
+    @property
+    def _done_callbacks(self) -> list[Callable[[Any], object]]:
+        """The callbacks as a list (what Future's own methods append to and run)."""
+        with self._condition:
+            callbacks = self._callbacks
+            if not isinstance(callbacks, list):
+                callbacks = self._callbacks = [] if callbacks is None else [callbacks]
+            return callbacks
+
+    @override
+    def done(self) -> bool:
+        return self._state in _DONE
+
+    @override
+    def cancelled(self) -> bool:
+        return self._state in (CANCELLED, CANCELLED_AND_NOTIFIED)
+
+    @override
+    def running(self) -> bool:
+        return self._state == RUNNING
+
+    @override
+    def result(self, timeout: float | None = None) -> ToolCallResult:
+        if self._state == FINISHED and self._exception is None:
+            return self._result  # type: ignore[return-value]
+        return super().result(timeout)
+
+    @override
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if self._state == FINISHED:
+            return self._exception
+        return super().exception(timeout)
+
+    @override
+    def add_done_callback(self, fn: Callable[[Future[ToolCallResult]], object]) -> None:
+        with _LAZY:
+            alone = self._cond is None
+            if alone and self._state not in _DONE:
+                callbacks = self._callbacks
+                if callbacks is None:
+                    self._callbacks = fn
+                elif isinstance(callbacks, list):
+                    callbacks.append(fn)
+                else:
+                    self._callbacks = [callbacks, fn]
+                return
+        if alone:  # done already: run it now, as Future does
+            self._run_callback(fn)
+        else:
+            super().add_done_callback(fn)
+
+    @override
+    def set_result(self, result: ToolCallResult) -> None:
+        if not self._finish_alone(result, None):
+            super().set_result(result)
+
+    @override
+    def set_exception(self, exception: BaseException | None) -> None:
+        if not self._finish_alone(None, exception):
+            super().set_exception(exception)
+
+    def _finish_alone(self, result: ToolCallResult | None, exception: BaseException | None) -> bool:
+        """Finish a future nobody waits on (no condition yet); False: it has a condition.
+
+        Raises:
+            InvalidStateError: the future is done already.
+        """
+        with _LAZY:
+            if self._cond is not None:
+                return False
+            state = self._state
+            if state not in _DONE:
+                self._result, self._exception = result, exception
+                self._state = FINISHED
+                callbacks = self._callbacks
+        if state in _DONE:  # the message is made outside the lock (repr takes the condition)
+            raise InvalidStateError(f"{state}: {self!r}")
+        if isinstance(callbacks, list):
+            for fn in callbacks:
+                self._run_callback(fn)
+        elif callbacks is not None:
+            self._run_callback(callbacks)
+        return True
+
+    def _run_callback(self, fn: Callable[[Any], object]) -> None:
+        try:
+            fn(self)
+        except Exception:
+            LOGGER.exception("exception calling callback for %r", self)
 
 
 class ToolClient(ClientBase):

@@ -55,7 +55,6 @@ class Pending:
     __slots__ = (
         "account",
         "call_id",
-        "deadline",
         "function",
         "future",
         "label",
@@ -78,7 +77,6 @@ class Pending:
         self.function = request.function
         self.timeout_s = request.timeout_s
         self.sent_at = request.sent_at
-        self.deadline = request.deadline
         self.future = future
         self.on_event = on_event
         #: the call's ``function`` metric label (:mod:`toolfleet.shared.metric_labels`)
@@ -136,6 +134,8 @@ class PendingTable:
         self._expiring: set[str] = set()
         self._answered: dict[str, float] = {}
         self._lock = threading.Lock()
+        #: the one bound method every call's future gets as its done callback
+        self._on_done: Callable[[Any], None] = self._settled
         self.closed = False
         self.late_replies = 0
 
@@ -161,7 +161,7 @@ class PendingTable:
         Raises:
             RuntimeError: the table is closed (the future is resolved ``rejected``).
         """
-        future.add_done_callback(self._settled)
+        future.add_done_callback(self._on_done)
         entry = Pending(request, future, on_event, label)
         with self._lock:
             closed = self.closed
