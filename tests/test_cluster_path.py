@@ -334,15 +334,16 @@ def test_mcp_gateway_over_stdio_on_a_cluster(cfleet: ClusterFleet) -> None:
 
 
 def _quality_calls(cfleet: ClusterFleet) -> dict[tuple[str, str], int]:
-    """``toolfleet quality --format json`` on the cluster URL: calls per (function, status)."""
+    """``toolfleet quality --format json`` on the cluster URL: calls per (function, status),
+    whichever model made them."""
     # a day back: the module's calls all stay in the window (a sliding 10 minutes would let
     # an earlier test's calls leave it between the two reads on a slow machine)
     report = json.loads(_cli(cfleet, "quality", "--since", "1d", "--format", "json"))
-    return {
-        (row["function"], status): calls
-        for row in report["rows"]
-        for status, calls in row["statuses"].items()
-    }
+    counts: dict[tuple[str, str], int] = {}
+    for row in report["rows"]:  # one row per function and model: summed over the models
+        for status, calls in row["statuses"].items():
+            counts[row["function"], status] = counts.get((row["function"], status), 0) + calls
+    return counts
 
 
 def test_quality_reads_both_groups_aggregates_on_a_cluster(cfleet: ClusterFleet) -> None:
