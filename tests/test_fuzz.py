@@ -175,7 +175,9 @@ def test_ten_thousand_malformed_inputs_are_all_answered(fuzz_fleet: Fleet) -> No
         statuses = {f.result().status for f in calls}
         for future in calls:
             orjson.dumps(future.result().content)  # the caller can always re-encode it
-    assert max(late) < 1.0, f"a producer call resolved {max(late):.2f} s past its deadline"
+    # 2 s: beside a CPU hog on 2 cores this process (fuzzing 10,000 inputs) and its fleet
+    # leave the client's deadline thread waiting well over a second for the CPU at times
+    assert max(late) < 2.0, f"a producer call resolved {max(late):.2f} s past its deadline"
     assert Status.UNKNOWN_FUNCTION in statuses and Status.INVALID_ARGUMENTS in statuses
     # every readable raw message answered exactly once, the queue left clean
     readable = [reply for reply, _, _, _ in items if reply is not None]
