@@ -4,6 +4,8 @@ clients of both kinds behind one blocking facade (:class:`Either`)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import json
 import os
 import signal
@@ -83,6 +85,23 @@ IDLE_QUEUE = "tools.idle"
 #: machine (a CPU hog beside the suite): the margins of the tests that time such answers.
 LATE_S = 1.0
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@contextlib.contextmanager
+def heap_frozen() -> Iterator[None]:
+    """Leave what the suite put in this process's heap out of the garbage collector's scans.
+
+    A test process that has run many files (pytest-xdist) holds a large heap; a full
+    collection triggered by a test's own allocations scans all of it and pauses every
+    thread of the process, the client's deadline and reply threads too, for seconds on a
+    loaded machine. The tests that time answers run their measured part inside this.
+    """
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def unavailable(reason: str) -> NoReturn:

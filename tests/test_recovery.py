@@ -94,6 +94,27 @@ def _worker_children(fleet: Fleet) -> list[int]:
     return _children(fleet.process.pid)
 
 
+def _freeze_a_holder(fleet: Fleet, r: redis.Redis, namespace: str) -> tuple[int, list[bytes]]:
+    """SIGSTOP a worker process of ``fleet`` that holds calls: its pid and their Redis ids.
+
+    What a frozen process holds is exactly its acks set. On a loaded machine a process may
+    be between fetches the moment it is frozen, holding nothing: it is let go and the other
+    one tried, up to 40 times. The caller SIGKILLs (or SIGCONTs) the returned pid.
+    """
+    for tries in range(1, 41):
+        victim = _worker_children(fleet)[tries % 2]
+        broker_id = r.hget(brokers_key(namespace), f"{socket.gethostname()}:{victim}")
+        assert broker_id is not None
+        os.kill(victim, signal.SIGSTOP)
+        time.sleep(0.1)
+        held = list(r.smembers(f"{namespace}:__acks__.{broker_id.decode()}.{QUEUE}"))
+        if held:
+            return victim, held
+        os.kill(victim, signal.SIGCONT)
+        time.sleep(0.05)
+    raise AssertionError("no process held calls when frozen, 40 tries: not mid-run")
+
+
 def _assert_no_thread_died(fleet: Fleet) -> None:
     log = fleet.log()
     assert "Consumer encountered an unexpected error" not in log, log[-4000:]
@@ -190,16 +211,10 @@ def test_sigkill_mid_run_answers_every_call_once_and_never_reruns(
             ]
             done_at = _track(futures)
             _wait_until(lambda: len(done_at) >= 250, 30, "250 calls answered")
-            victim = _worker_children(fleet)[0]
+            # Freeze a process that holds calls to read exactly what it holds, then kill it.
+            victim, held_redis_ids = _freeze_a_holder(fleet, r, ns)
             worker_id = f"{socket.gethostname()}:{victim}"
-            broker_id = r.hget(brokers_key(ns), worker_id)
-            assert broker_id is not None
-            # Freeze the victim to read exactly what it holds, then kill it.
-            os.kill(victim, signal.SIGSTOP)
-            time.sleep(0.1)
-            acks = f"{ns}:__acks__.{broker_id.decode()}.{QUEUE}"
-            held_redis_ids = list(r.smembers(acks))
-            bodies = r.hmget(f"{ns}:{QUEUE}.msgs", held_redis_ids) if held_redis_ids else []
+            bodies = r.hmget(f"{ns}:{QUEUE}.msgs", held_redis_ids)
             held = {json.loads(b)["message_id"] for b in bodies if b is not None}
             os.kill(victim, signal.SIGKILL)
             killed_at = time.monotonic()
@@ -295,20 +310,7 @@ def test_sigkill_under_5000_calls_posts_exactly_one_reply_per_call(
         while r.hlen(messages) > total - total // 10 and time.monotonic() < deadline:
             time.sleep(0.02)
         assert r.hlen(messages) <= total - total // 10, "not a tenth answered before the kill"
-        held: set[bytes] = set()
-        tries = 0
-        while not held and tries < 40:  # a process that holds calls: on a loaded machine one
-            tries += 1  # may be between fetches the moment it is frozen; then try again
-            victim = _worker_children(fleet)[tries % 2]
-            broker_id = r.hget(brokers_key(ns), f"{socket.gethostname()}:{victim}")
-            assert broker_id is not None
-            os.kill(victim, signal.SIGSTOP)  # freeze it to read what it holds, then kill it
-            time.sleep(0.1)
-            held = r.smembers(f"{ns}:__acks__.{broker_id.decode()}.{QUEUE}")
-            if not held:
-                os.kill(victim, signal.SIGCONT)
-                time.sleep(0.05)
-        assert held, f"no process held calls when frozen, {tries} tries: not mid-run"
+        victim, held = _freeze_a_holder(fleet, r, ns)  # to read what it holds, then kill it
         worker_id = f"{socket.gethostname()}:{victim}"
         os.kill(victim, signal.SIGKILL)
         deadline = time.monotonic() + 240
