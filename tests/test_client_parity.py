@@ -174,7 +174,7 @@ def test_a_second_client_answers_a_queued_call_of_the_first_at_once(
     result = a.result(queued, 20)
     waited = time.monotonic() - asked
     assert result.status is Status.CANCELED, result
-    assert waited < 1.0, f"answered {waited:.2f} s after the cancel"
+    assert waited < LATE_S, f"answered {waited:.2f} s after the cancel"
     assert [a.result(f, 20).status for f in blockers] == [Status.OK] * 4
     time.sleep(1.0)  # the workers are free: the canceled call would have run by now
     assert r.get(key) is None

@@ -69,7 +69,7 @@ def test_unknown_function(client: ToolClient) -> None:
     started = time.monotonic()
     result = client.call("ext_nope_nothing", {})
     assert result.status is Status.UNKNOWN_FUNCTION
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < LATE_S  # the default 30 s deadline never came into it
 
 
 def test_extension_tool_error_reaches_the_model(client: ToolClient) -> None:
@@ -126,11 +126,12 @@ def test_sync_tool_past_its_limit_times_out_on_time(client: ToolClient) -> None:
 
 
 def test_caller_deadline_shorter_than_tool_limit(client: ToolClient) -> None:
-    """The caller's deadline wins over a longer tool limit: timeout by the deadline + 0.3 s."""
+    """The caller's deadline wins over a longer tool limit: timeout by the deadline (plus
+    ``LATE_S``)."""
     started = time.monotonic()
     result = client.call(F + "async_sleep", {"seconds": 30}, timeout_s=0.4)
     assert result.status is Status.TIMEOUT
-    assert time.monotonic() - started < 0.4 + 0.3
+    assert time.monotonic() - started < 0.4 + LATE_S
 
 
 def test_deadline_passed_while_queued_is_expired_and_not_run(fleet: Fleet, tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from conftest import Fleet
+from conftest import LATE_S, Fleet
 from toolfleet.producer import ToolClient
 from toolfleet.shared import Status
 
@@ -24,12 +24,12 @@ def gclient(small_fleet: Fleet) -> Iterator[ToolClient]:
 def test_process_tool_is_killed_at_its_limit(
     gclient: ToolClient, tool: str, arguments: dict[str, float]
 ) -> None:
-    """GIL-holding C code and a busy loop in process isolation answer timeout within 1.3 s,
-    and the next call runs normally."""
+    """GIL-holding C code and a busy loop in process isolation answer timeout at their 1 s
+    limit (plus ``LATE_S``), and the next call runs normally."""
     started = time.monotonic()
     result = gclient.call(G + tool, arguments, timeout_s=30)
     assert result.status is Status.TIMEOUT
-    assert time.monotonic() - started < 1.3
+    assert time.monotonic() - started < 1.0 + LATE_S
     after = gclient.call(G + "process_quick", {}, timeout_s=5)
     assert after.status is Status.OK and isinstance(after.content, int)
 
