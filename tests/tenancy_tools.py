@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 from functools import cache
+from typing import Any
 
 import redis
 from pydantic import BaseModel
@@ -82,6 +83,18 @@ class Hold(Tool):
         return os.getpid()
 
 
+#: The cool-down of ``flaky``'s breaker, seconds.
+FLAKY_COOLDOWN_S = 6.0
+
+
+def wait_out_the_cooldown(client: Any, key: str) -> None:
+    """Sleep until the breaker hash ``key`` (its ``until``, ms since the epoch) lets a probe
+    through: what is left of the cool-down, plus 0.1 s."""
+    until_ms = client.hget(key, "until")
+    assert until_ms is not None, f"{key} has no cool-down"
+    time.sleep(max(0.0, int(until_ms) / 1000 - time.time()) + 0.1)
+
+
 class Flaky(Tool):
     """Crash while ``<ns>:test:flaky_fail`` exists, else succeed; every run is counted."""
 
@@ -107,6 +120,8 @@ extension = Extension(
         "limited": ToolOptions(concurrency=3),
         "pooled": ToolOptions(concurrency=3),
         "hold": ToolOptions(concurrency=1),
-        "flaky": ToolOptions(breaker=BreakerPolicy(failures=5, cooldown_s=2.0)),
+        # long enough that a loaded machine's pauses do not end it before the test has
+        # seen the refusals; the tests wait out only what is left of it (wait_out_the_cooldown)
+        "flaky": ToolOptions(breaker=BreakerPolicy(failures=5, cooldown_s=FLAKY_COOLDOWN_S)),
     },
 )

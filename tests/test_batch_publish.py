@@ -77,9 +77,12 @@ def test_a_burst_of_5000_calls_goes_out_in_far_fewer_enqueue_runs_from_both_clie
         async_results = asyncio.run(burst())
     _check_answers(texts, list(sync_results))
     _check_answers(texts, async_results)
-    # at least one run; one run per call would be 5,000
-    assert 1 <= sync_runs.runs <= BURST // 10, sync_runs.runs
-    assert 1 <= async_runs.runs <= BURST // 10, async_runs.runs
+    print(f"\nenqueue runs for {BURST} calls: sync {sync_runs.runs}, async {async_runs.runs}")
+    # One run per call would be 5,000. A run carries the calls submitted during the run
+    # before it, so fewer on a loaded machine, where submitting is slower: a quiet machine
+    # measured 35 and 39 runs, one running a second whole test suite beside this one 636.
+    assert 1 <= sync_runs.runs <= BURST // 5, sync_runs.runs
+    assert 1 <= async_runs.runs <= BURST // 5, async_runs.runs
 
 
 def test_a_lone_call_goes_out_at_once_in_a_run_of_its_own(

@@ -24,7 +24,7 @@ import pytest
 import redis
 import redis.cluster
 from private_cluster import Cluster, Group, start_cluster, start_group, stop_groups, wait_live
-from tenancy_tools import record_key
+from tenancy_tools import FLAKY_COOLDOWN_S, record_key, wait_out_the_cooldown
 from ui_support import UiProcess, csrf_of, start_ui
 
 from conftest import TEST_QUEUE, toolfleet_command
@@ -50,8 +50,6 @@ LIMITED = "ext_tenancy_test_limited"
 NOBODY = "ext_nobody_serves_this"
 #: The queue of the limit-test tools (their extension's slug, ``tenancy-test``).
 TENANCY_QUEUE = "tools.tenancy-test"
-#: The cool-down of FLAKY's breaker (``tenancy_tools``), seconds.
-COOLDOWN_S = 2.0
 #: The workers' TTL, seconds: also the recovery window's length, long enough for a new
 #: producer process (``toolfleet call``) to start within it.
 WORKER_TTL_S = 10.0
@@ -173,13 +171,13 @@ def test_a_failing_tool_opens_its_breaker_in_its_groups_slot_then_a_probe_closes
     # And the next call is answered at once, without running
     refused = tc.call(FLAKY, {"seconds": 0.0})
     assert refused.status is Status.NOT_AVAILABLE, refused
-    assert 0 < refused.content["retry_after_s"] <= COOLDOWN_S
+    assert 0 < refused.content["retry_after_s"] <= FLAKY_COOLDOWN_S
     assert "temporarily unavailable" in refused.content["error"]
     assert not refused.run_s
     assert int(rc.get(runs_key)) == 5  # type: ignore[arg-type]
     # When the cool-down passes and the backend is back, a probe runs and succeeds
     rc.delete(fail_key)
-    time.sleep(COOLDOWN_S + 0.1)
+    wait_out_the_cooldown(rc, key)
     probe = tc.call(FLAKY, {"seconds": 0.0})
     assert probe.status is Status.OK, probe
     # Then the breaker is closed and calls run again

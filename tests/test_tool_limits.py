@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 import orjson
 import pytest
 import redis
-from tenancy_tools import record_key
+from tenancy_tools import FLAKY_COOLDOWN_S, record_key, wait_out_the_cooldown
 
 from conftest import Fleet, start_fleet, toolfleet_command
 from toolfleet.producer import ToolClient
@@ -241,7 +241,7 @@ def test_a_failing_tool_opens_its_breaker_then_a_probe_closes_it(
         refused = tc.call(FLAKY, {"seconds": 0.0})
         refused_ms.append((time.perf_counter() - started) * 1000)
         assert refused.status == Status.NOT_AVAILABLE
-        assert 0 < refused.content["retry_after_s"] <= 2.0
+        assert 0 < refused.content["retry_after_s"] <= FLAKY_COOLDOWN_S
         assert "temporarily unavailable" in refused.content["error"]
         assert not refused.run_s
     print(f"\nbreaker refusals, ms end to end: {sorted(round(ms, 1) for ms in refused_ms)}")
@@ -256,9 +256,12 @@ def test_a_failing_tool_opens_its_breaker_then_a_probe_closes_it(
     assert any(FLAKY in line and " open " in line for line in top.stdout.splitlines()), top.stdout
     # When the cool-down passes and the backend is back, one probe runs
     r.delete(fail_key)
-    time.sleep(2.1)
-    probe = tc.submit(FLAKY, {"seconds": 0.5})
-    time.sleep(0.2)
+    wait_out_the_cooldown(r, breaker_key(ns, FLAKY))
+    probe = tc.submit(FLAKY, {"seconds": 3.0})
+    deadline = time.monotonic() + 30
+    while int(r.get(runs_key) or 0) < 6:  # the probe has started (it runs for 3 s)
+        assert time.monotonic() < deadline, "the probe never ran"
+        time.sleep(0.01)
     meanwhile = tc.call(FLAKY, {"seconds": 0.0})
     assert meanwhile.status == Status.NOT_AVAILABLE  # half-open: only the probe runs
     assert probe.result().status == Status.OK
