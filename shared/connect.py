@@ -143,7 +143,7 @@ class AsyncRetryingCluster(redis.asyncio.cluster.RedisCluster):
     _transient = redis.asyncio.retry.Retry(
         ExponentialWithJitterBackoff(cap=TRANSIENT_BACKOFF_CAP_S, base=_TRANSIENT_BACKOFF_BASE_S),
         TRANSIENT_RETRIES,
-        TRANSIENT_CLUSTER_ERRORS,  # type: ignore[arg-type]  # SlotNotCoveredError is no RedisError
+        TRANSIENT_CLUSTER_ERRORS,  # type: ignore[arg-type,unused-ignore]  # SlotNotCoveredError is no RedisError
     )
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:

@@ -47,7 +47,7 @@ class CancelListener:
         while not self._stop.is_set():
             try:
                 client = redis_client(self.url, factory=self.factory)
-                pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+                pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call,unused-ignore]
                 pubsub.subscribe(self.channel)
                 backoff = 0.1
                 while not self._stop.is_set():
