@@ -21,6 +21,7 @@ import redis.asyncio
 
 from toolfleet.producer._core.fleet import outcomes_of, queue_resolved
 from toolfleet.producer._core.pending import PendingTable
+from toolfleet.producer._core.reconnect import OUTAGE_ERRORS, Reconnect
 from toolfleet.producer.listener import DRAIN_BATCH, MARK_WAIT_S, MAX_WAIT_S
 from toolfleet.shared.connect import is_cluster
 from toolfleet.shared.errors import ClientError
@@ -167,7 +168,7 @@ class AsyncReplyListener:
 
     async def _run(self) -> None:
         client: redis.asyncio.Redis | None = None
-        backoff = 0.05
+        reconnect = Reconnect(log, "reply listener")
         task = asyncio.current_task()
         try:
             # cancelling(): a cancellation some library swallowed still stops the loop
@@ -175,19 +176,17 @@ class AsyncReplyListener:
                 try:
                     client = client or self._connect()
                     item = await client.blpop([self.key], timeout=MAX_WAIT_S)
+                    reconnect.succeeded()
                     if item is not None:
                         self._deliver([item[1]])  # resolve the first reply before draining
                         if self.table.in_flight:  # more replies due: take those already here
                             more: Any = await client.lpop(self.key, DRAIN_BATCH)
                             self._deliver(list(more or []))
-                    backoff = 0.05
-                except redis.RedisError as exc:
-                    log.warning("reply listener: %s; reconnecting in %.2f s", exc, backoff)
+                except OUTAGE_ERRORS as exc:
                     if not is_cluster(client):  # a cluster client is shared and reconnects
                         await _close(client)
                         client = None
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 2.0)
+                    await asyncio.sleep(reconnect.failed(exc))
                 except Exception:  # pragma: no cover - keep the listener alive whatever happens
                     log.exception("reply listener error")
                     await asyncio.sleep(0.1)

@@ -23,6 +23,7 @@ import redis
 from toolfleet.producer._core.fleet import outcomes_of, queue_resolved
 from toolfleet.producer._core.keyspace import KeySpace
 from toolfleet.producer._core.pending import PendingTable
+from toolfleet.producer._core.reconnect import OUTAGE_ERRORS, Reconnect
 from toolfleet.shared.pipelines import pipeline
 
 __all__ = ["DRAIN_BATCH", "MARK_WAIT_S", "MAX_WAIT_S", "ReplyListener"]
@@ -134,21 +135,19 @@ class ReplyListener:
 
     def _run(self) -> None:
         client: redis.Redis | None = None
-        backoff = 0.05
+        reconnect = Reconnect(log, "reply listener")
         while not self._stop.is_set():
             try:
                 client = client or self._connect()
                 item: Any = client.blpop([self.key], timeout=MAX_WAIT_S)
+                reconnect.succeeded()
                 if item is not None:
                     self._deliver([item[1]])  # resolve the first reply before draining
                     if self.table.in_flight:  # more replies due: take those already here
                         self._deliver(list(client.lpop(self.key, DRAIN_BATCH) or []))  # type: ignore[arg-type]
-                backoff = 0.05
-            except redis.RedisError as exc:
-                log.warning("reply listener: %s; reconnecting in %.2f s", exc, backoff)
+            except OUTAGE_ERRORS as exc:
                 client = None
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 2.0)
+                self._stop.wait(reconnect.failed(exc))
             except Exception:  # pragma: no cover - keep the listener alive whatever happens
                 log.exception("reply listener error")
                 self._stop.wait(0.1)

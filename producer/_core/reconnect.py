@@ -1,0 +1,60 @@
+"""How a reply listener rides out a Redis outage: back off, and say so once.
+
+Both clients' listeners keep one connection for their reply list. When Redis goes away
+they reconnect with a doubling wait (``FIRST_WAIT_S`` up to ``MAX_WAIT_S``), log one
+WARNING when the outage starts and one INFO line when it ends, and log each further
+failed attempt at DEBUG only: an outage is two lines, never a traceback per attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import redis
+
+from toolfleet.shared.errors import ConnectionFailed
+
+__all__ = ["FIRST_WAIT_S", "MAX_WAIT_S", "OUTAGE_ERRORS", "Reconnect"]
+
+#: The wait after the first failed attempt, seconds.
+FIRST_WAIT_S = 0.05
+#: The longest wait between two attempts, seconds.
+MAX_WAIT_S = 2.0
+#: What an unreachable or failing Redis raises: redis-py's errors, and toolfleet's own when
+#: a connection cannot be made (a unix socket that is gone, a cluster with no node).
+OUTAGE_ERRORS: tuple[type[Exception], ...] = (redis.RedisError, ConnectionFailed)
+
+
+class Reconnect:
+    """The backoff and the log lines of one listener's outages.
+
+    Args:
+        log: where the lines go.
+        what: who is reconnecting, the start of each line (e.g. ``"reply listener"``).
+    """
+
+    __slots__ = ("failures", "log", "wait_s", "what")
+
+    def __init__(self, log: logging.Logger, what: str) -> None:
+        self.log = log
+        self.what = what
+        self.failures = 0
+        self.wait_s = FIRST_WAIT_S
+
+    def failed(self, exc: Exception) -> float:
+        """Note a failed attempt; return the seconds to wait before the next one."""
+        self.failures += 1
+        wait_s = self.wait_s
+        if self.failures == 1:
+            self.log.warning("%s: Redis unreachable (%s); reconnecting", self.what, exc)
+        else:
+            self.log.debug("%s: attempt %d failed (%s)", self.what, self.failures, exc)
+        self.wait_s = min(self.wait_s * 2, MAX_WAIT_S)
+        return wait_s
+
+    def succeeded(self) -> None:
+        """Note a command that worked: the end of an outage, if one was under way."""
+        if self.failures:
+            self.log.info("%s: Redis is back after %d failed attempts", self.what, self.failures)
+            self.failures = 0
+            self.wait_s = FIRST_WAIT_S
