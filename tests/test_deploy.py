@@ -1047,7 +1047,7 @@ def test_tini_reaps_an_orphaned_grandchild_in_the_entrypoint_chain(tmp_path: Pat
     the image without tini, keeps the zombie."""
     tini = _entrypoint()[0]
     if not Path(tini).is_file():
-        _missing(f"{tini} (Debian tini; .ci/run installs it)")
+        unavailable(f"{tini} is not installed (Debian: apt-get install tini; .ci/run does)")
     entrypoint = str(DEPLOY / "docker" / "entrypoint.sh")
     command = [sys.executable, "-c", _ORPHAN_SCRIPT]
     chain = [*_entrypoint()[:2], "sh", entrypoint, *command]  # tini -- (the image's ENTRYPOINT)
