@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -18,6 +19,10 @@ import redis.cluster
 from conftest import TEST_QUEUE, TESTS, toolfleet_command, unavailable
 from private_redis import Server, free_port, start_server
 from toolfleet.shared.naming import fleet_namespace, group_namespace, workers_key
+
+#: A model the cluster fleet counts by name in its quality aggregates: calls that carry it
+#: (``context.llmclient``) are told apart from every other test's, which count as ``other``.
+QUALITY_MODEL = "test/quality-on-a-cluster"
 
 #: The queue of the BFCL tools (the second group's).
 BFCL_QUEUE = "tools.bfcl"
@@ -231,9 +236,10 @@ def cluster_fleet(folder: Path) -> Iterator[ClusterFleet]:
     try:
         first, second = groups_on_two_masters(cluster)
         ns = f"tfc-{uuid.uuid4().hex[:6]}"
+        env = {"TOOLFLEET_QUALITY_MODELS": json.dumps([QUALITY_MODEL])}
         groups = [
-            start_group(cluster, ns, first, TEST_QUEUE, folder),
-            start_group(cluster, ns, second, BFCL_QUEUE, folder),
+            start_group(cluster, ns, first, TEST_QUEUE, folder, env),
+            start_group(cluster, ns, second, BFCL_QUEUE, folder, env),
         ]
         client = cluster.client()
         try:

@@ -23,7 +23,14 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio.cluster
-from private_cluster import ClusterFleet, cluster_fleet, start_group, stop_groups, wait_live
+from private_cluster import (
+    QUALITY_MODEL,
+    ClusterFleet,
+    cluster_fleet,
+    start_group,
+    stop_groups,
+    wait_live,
+)
 
 from conftest import bfcl_file, toolfleet_command
 from private_redis import free_port
@@ -334,13 +341,15 @@ def test_mcp_gateway_over_stdio_on_a_cluster(cfleet: ClusterFleet) -> None:
 
 
 def _quality_calls(cfleet: ClusterFleet) -> dict[tuple[str, str], int]:
-    """``toolfleet quality --format json`` on the cluster URL: calls per (function, status),
-    whichever model made them."""
-    # a day back: the module's calls all stay in the window (a sliding 10 minutes would let
-    # an earlier test's calls leave it between the two reads on a slow machine)
-    report = json.loads(_cli(cfleet, "quality", "--since", "1d", "--format", "json"))
+    """``toolfleet quality --format json --model QUALITY_MODEL`` on the cluster URL: that
+    model's calls per (function, status)."""
+    # a day back: the module's calls all stay in the window
+    report = json.loads(
+        _cli(cfleet, "quality", "--since", "1d", "--model", QUALITY_MODEL, "--format", "json")
+    )
     counts: dict[tuple[str, str], int] = {}
-    for row in report["rows"]:  # one row per function and model: summed over the models
+    for row in report["rows"]:  # one row per function and model
+        assert row["model"] == QUALITY_MODEL, row
         for status, calls in row["statuses"].items():
             counts[row["function"], status] = counts.get((row["function"], status), 0) + calls
     return counts
@@ -348,26 +357,25 @@ def _quality_calls(cfleet: ClusterFleet) -> dict[tuple[str, str], int]:
 
 def test_quality_reads_both_groups_aggregates_on_a_cluster(cfleet: ClusterFleet) -> None:
     """``toolfleet quality`` on a cluster URL counts the calls of both groups, each group's
-    per-minute aggregates read in its own slot: 3 invalid adds and 2 factorials more."""
-    before = _quality_calls(cfleet)
+    per-minute aggregates read in its own slot: 3 invalid adds and 2 factorials, made by a
+    model no other test names (the module's other calls count as ``other``)."""
+    model = {"llmclient": QUALITY_MODEL}
     with ToolClient(cfleet.url, namespace=cfleet.namespace) as client:
         for _ in range(3):
-            bad = client.call(F + "add", {"a": 1}, timeout_s=30)
+            bad = client.call(F + "add", {"a": 1}, context=model, timeout_s=30)
             assert bad.status is Status.INVALID_ARGUMENTS, bad
         for n in (3, 4):
-            assert client.call(FACTORIAL, {"n": n}, timeout_s=30).content == FACTORIALS[n]
-    want = {
-        (F + "add", "invalid_arguments"): before.get((F + "add", "invalid_arguments"), 0) + 3,
-        (FACTORIAL, "ok"): before.get((FACTORIAL, "ok"), 0) + 2,
-    }
+            done = client.call(FACTORIAL, {"n": n}, context=model, timeout_s=30)
+            assert done.content == FACTORIALS[n], done
+    want = {(F + "add", "invalid_arguments"): 3, (FACTORIAL, "ok"): 2}
     deadline = time.monotonic() + 60  # written at heartbeat time (every 0.5 s here)
-    seen = before
+    seen: dict[tuple[str, str], int] = {}
     while time.monotonic() < deadline:
         seen = _quality_calls(cfleet)
         if all(seen.get(key, 0) >= count for key, count in want.items()):
             break
         time.sleep(0.5)
-    assert {key: seen.get(key, 0) for key in want} == want, seen
+    assert seen == want, seen
 
 
 def test_exporter_reports_both_groups_queues_on_a_cluster(
