@@ -292,7 +292,10 @@ def test_a_worker_refuses_a_published_call_once_the_breaker_opened(
         deadline = time.monotonic() + 30
         while not r.hexists(waiting, queued.call_id) and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert r.hexists(waiting, queued.call_id), "the call was never published"
+        assert r.hexists(waiting, queued.call_id), (
+            "the call was never published",
+            queued.result(timeout=0) if queued.done() else "no answer yet",
+        )
         # When its breaker opens before a worker takes it
         until_ms = int((time.time() + 5) * 1000)
         r.hset(breaker_key(ns, FLAKY), mapping={"state": "open", "until": until_ms})
