@@ -129,13 +129,14 @@ def test_a_recorded_dead_broker_is_requeued_on_every_queue_and_forgotten(
         _kill(dead)
         done = run_maintenance(broker, [SERVED])
         assert (done.dead_brokers, done.requeued, done.forgotten) == (1, 5, 1)
-        assert _ids(r, queue_key(ns, SERVED))[:2] == held_a  # at the head, in order
+        # at the head, in the order of the acks set (which Redis < 7.2 does not keep)
+        assert sorted(_ids(r, queue_key(ns, SERVED))[:2]) == sorted(held_a)
         assert sorted(_ids(r, queue_key(ns, OTHER))) == sorted(held_b)
         assert not r.exists(*(acks_key(ns, dead.broker_id, q) for q in (SERVED, OTHER)))
         assert r.zscore(broker_heartbeats_key(ns), dead.broker_id) is None
         assert r.hget(broker_queues_key(ns), dead.broker_id) is None
         fetched = [i for i, _ in broker.fetch_with_ids(SERVED, 3)]
-        assert fetched[:2] == held_a and len(fetched) == 3
+        assert sorted(fetched[:2]) == sorted(held_a) and len(fetched) == 3
         assert run_maintenance(broker, [SERVED]).dead_brokers == 0
     finally:
         dead.client.close()
@@ -299,10 +300,11 @@ def test_a_running_fleet_answers_the_calls_a_dead_broker_held(
                 os.kill(pid, signal.SIGSTOP)
             futures = [client.submit("ext_fleet_test_add", {"a": i, "b": 1}) for i in range(3)]
             held: list[str] = []
-            deadline = time.monotonic() + 5
+            deadline = time.monotonic() + 30  # the client's publisher thread sends them
             while len(held) < 3 and time.monotonic() < deadline:
                 held += [i for i, _ in dead.fetch_with_ids(TEST_QUEUE, 3 - len(held))]
-            assert len(held) == 3
+                time.sleep(0.01)  # leave the GIL to that thread on a loaded machine
+            assert len(held) == 3, (held, [f.result(timeout=0) for f in futures if f.done()])
             _kill(dead)
             for pid in pids:
                 os.kill(pid, signal.SIGCONT)
