@@ -21,12 +21,12 @@ import redis.asyncio
 
 from toolfleet.producer._core.fleet import outcomes_of, queue_resolved
 from toolfleet.producer._core.pending import PendingTable
-from toolfleet.producer._core.reconnect import OUTAGE_ERRORS, Reconnect
 from toolfleet.producer.listener import DRAIN_BATCH, MARK_WAIT_S, MAX_WAIT_S
 from toolfleet.shared.connect import is_cluster
 from toolfleet.shared.errors import ClientError
 from toolfleet.shared.layout import KeyLayout
 from toolfleet.shared.pipelines import pipeline
+from toolfleet.shared.reconnect import OUTAGE_ERRORS, Reconnect
 from toolfleet.shared.wire import ToolCallResult
 
 __all__ = ["AsyncCallFuture", "AsyncReplyListener"]

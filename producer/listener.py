@@ -23,8 +23,8 @@ import redis
 from toolfleet.producer._core.fleet import outcomes_of, queue_resolved
 from toolfleet.producer._core.keyspace import KeySpace
 from toolfleet.producer._core.pending import PendingTable
-from toolfleet.producer._core.reconnect import OUTAGE_ERRORS, Reconnect
 from toolfleet.shared.pipelines import pipeline
+from toolfleet.shared.reconnect import OUTAGE_ERRORS, Reconnect
 
 __all__ = ["DRAIN_BATCH", "MARK_WAIT_S", "MAX_WAIT_S", "ReplyListener"]
 

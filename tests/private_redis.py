@@ -75,12 +75,13 @@ def start_server(folder: Path, args: Sequence[str], url: str, *, name: str = "re
     raise AssertionError(f"{name} did not answer on {url}")
 
 
-def start_unix_server(folder: Path) -> Server:
-    """A private redis-server listening only on a unix socket (in a short temporary folder,
-    for the 107-byte limit of socket paths; its logs go to ``folder``)."""
-    sock = Path(tempfile.mkdtemp(prefix="tf-sock-")) / "redis.sock"
+def start_unix_server(folder: Path, sock: Path | None = None, *, name: str = "redis") -> Server:
+    """A private redis-server listening only on a unix socket: ``sock`` (a server started
+    again where an earlier one listened), else one in a short temporary folder, for the
+    107-byte limit of socket paths. Its logs go to ``folder``."""
+    sock = sock or Path(tempfile.mkdtemp(prefix="tf-sock-")) / "redis.sock"
     args = ["--port", "0", "--unixsocket", str(sock), "--save", "", "--appendonly", "no"]
-    return start_server(folder, args, f"unix://{sock}")
+    return start_server(folder, args, f"unix://{sock}", name=name)
 
 
 def start_tcp_server(folder: Path, port: int | None = None) -> Server:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Fleet, start_fleet
-from private_redis import Server, start_server, start_unix_server
+from private_redis import Server, start_unix_server
 from toolfleet.producer import AsyncToolClient, ToolClient
 from toolfleet.shared import Status
 
@@ -48,9 +48,8 @@ class Outage:
         self.server.stop()
 
     def end(self) -> None:
-        sock = self.url.removeprefix("unix://")
-        args = ["--port", "0", "--unixsocket", sock, "--save", "", "--appendonly", "no"]
-        self.server = start_server(self.folder, args, self.url, name="redis-again")
+        sock = Path(self.url.removeprefix("unix://"))
+        self.server = start_unix_server(self.folder, sock, name="redis-again")
 
 
 @pytest.fixture

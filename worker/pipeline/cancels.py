@@ -5,9 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 
-import redis
-
 from toolfleet.shared.naming import cancel_channel
+from toolfleet.shared.reconnect import OUTAGE_ERRORS, Reconnect
 from toolfleet.shared.text import as_text
 from toolfleet.worker.pipeline.calls import CallPipeline
 from toolfleet.worker.supervision.redis_factory import redis_client
@@ -43,13 +42,13 @@ class CancelListener:
         self._stop.set()
 
     def _run(self) -> None:
-        backoff = 0.1
+        reconnect = Reconnect(log, "cancel listener", first_wait_s=0.1, max_wait_s=5.0)
         while not self._stop.is_set():
             try:
                 client = redis_client(self.url, factory=self.factory)
                 pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call,unused-ignore]
                 pubsub.subscribe(self.channel)
-                backoff = 0.1
+                reconnect.succeeded()
                 while not self._stop.is_set():
                     message = pubsub.get_message(timeout=1.0)
                     if message and message.get("type") == "message":
@@ -59,7 +58,5 @@ class CancelListener:
                             log.info("canceled running call %s", call_id)
                 pubsub.close()
                 client.close()
-            except redis.RedisError as exc:
-                log.warning("cancel listener: %s; reconnecting in %.1f s", exc, backoff)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
+            except OUTAGE_ERRORS as exc:
+                self._stop.wait(reconnect.failed(exc))

@@ -1,9 +1,10 @@
-"""How a reply listener rides out a Redis outage: back off, and say so once.
+"""How a long-lived listener rides out a Redis outage: back off, and say so once.
 
-Both clients' listeners keep one connection for their reply list. When Redis goes away
-they reconnect with a doubling wait (``FIRST_WAIT_S`` up to ``MAX_WAIT_S``), log one
-WARNING when the outage starts and one INFO line when it ends, and log each further
-failed attempt at DEBUG only: an outage is two lines, never a traceback per attempt.
+The clients' reply listeners and the workers' cancel listener each keep one connection.
+When Redis goes away they reconnect with a doubling wait (``first_wait_s`` up to
+``max_wait_s``), log one WARNING when the outage starts and one INFO line when it ends,
+and log each further failed attempt at DEBUG only: an outage is two lines, never a
+traceback or a warning per attempt.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from toolfleet.shared.errors import ConnectionFailed
 
 __all__ = ["FIRST_WAIT_S", "MAX_WAIT_S", "OUTAGE_ERRORS", "Reconnect"]
 
-#: The wait after the first failed attempt, seconds.
+#: The default wait after the first failed attempt, seconds.
 FIRST_WAIT_S = 0.05
-#: The longest wait between two attempts, seconds.
+#: The default longest wait between two attempts, seconds.
 MAX_WAIT_S = 2.0
 #: What an unreachable or failing Redis raises: redis-py's errors, and toolfleet's own when
 #: a connection cannot be made (a unix socket that is gone, a cluster with no node).
@@ -31,15 +32,25 @@ class Reconnect:
     Args:
         log: where the lines go.
         what: who is reconnecting, the start of each line (e.g. ``"reply listener"``).
+        first_wait_s: the wait after the first failed attempt, seconds.
+        max_wait_s: the longest wait between two attempts, seconds.
     """
 
-    __slots__ = ("failures", "log", "wait_s", "what")
+    __slots__ = ("failures", "first_wait_s", "log", "max_wait_s", "wait_s", "what")
 
-    def __init__(self, log: logging.Logger, what: str) -> None:
+    def __init__(
+        self,
+        log: logging.Logger,
+        what: str,
+        first_wait_s: float = FIRST_WAIT_S,
+        max_wait_s: float = MAX_WAIT_S,
+    ) -> None:
         self.log = log
         self.what = what
+        self.first_wait_s = first_wait_s
+        self.max_wait_s = max_wait_s
         self.failures = 0
-        self.wait_s = FIRST_WAIT_S
+        self.wait_s = first_wait_s
 
     def failed(self, exc: Exception) -> float:
         """Note a failed attempt; return the seconds to wait before the next one."""
@@ -49,7 +60,7 @@ class Reconnect:
             self.log.warning("%s: Redis unreachable (%s); reconnecting", self.what, exc)
         else:
             self.log.debug("%s: attempt %d failed (%s)", self.what, self.failures, exc)
-        self.wait_s = min(self.wait_s * 2, MAX_WAIT_S)
+        self.wait_s = min(self.wait_s * 2, self.max_wait_s)
         return wait_s
 
     def succeeded(self) -> None:
@@ -57,4 +68,4 @@ class Reconnect:
         if self.failures:
             self.log.info("%s: Redis is back after %d failed attempts", self.what, self.failures)
             self.failures = 0
-            self.wait_s = FIRST_WAIT_S
+            self.wait_s = self.first_wait_s
