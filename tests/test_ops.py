@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.error
@@ -19,6 +20,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import Fleet, default_sigint, start_fleet, toolfleet_command
 from toolfleet.producer import ToolClient
+from toolfleet.worker.supervision.exposition import (
+    OWNER_LOCK,
+    prepare_multiprocess_dir,
+    sweep_private_dirs,
+)
 
 F = "ext_fleet_test_"
 
@@ -27,6 +33,14 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _calls_total(port: int) -> float:
@@ -72,6 +86,72 @@ def test_two_fleets_on_one_host_keep_private_metrics_folders(
     finally:
         for fleet in fleets:
             fleet.stop()
+    assert list(tmp.iterdir()) == []
+
+
+def test_a_sweep_removes_only_private_metrics_folders_that_no_process_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held, lockless and foreign folders stay; an unheld private folder goes."""
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    # Given a live supervisor's folder (held by this process)
+    live = prepare_multiprocess_dir(None)
+    try:
+        # and a dead supervisor's (its lock file, held by nobody)
+        dead = tmp_path / "toolfleet-metrics-dead"
+        dead.mkdir()
+        (dead / OWNER_LOCK).touch()
+        (dead / "counter_123.db").write_bytes(b"x")
+        # and one of an older version (no lock file), and someone else's folder
+        lockless = tmp_path / "toolfleet-metrics-older"
+        lockless.mkdir()
+        other = tmp_path / "something-else"
+        other.mkdir()
+        (other / OWNER_LOCK).touch()
+        # When the next supervisor sweeps
+        removed = sweep_private_dirs(tmp_path)
+        # Then only the dead supervisor's folder is gone
+        assert removed == [dead]
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+            [live.path.name, "toolfleet-metrics-older", "something-else"]
+        )
+        assert (live.path / OWNER_LOCK).exists()
+    finally:
+        live.remove()
+    assert not live.path.exists()
+
+
+def test_the_folder_of_a_sigkilled_supervisor_is_removed_by_the_next_one(
+    redis_url: str, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A supervisor killed outright leaves its metrics folder; the next fleet's start removes it."""
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {"TMPDIR": str(tmp)}
+    # Given a fleet whose supervisor is SIGKILLed (its worker processes follow it)
+    first = start_fleet(redis_url, f"{namespace}-k1", tmp_path / "w1.log", processes=1, env=env)
+    try:
+        (left,) = tmp.glob("toolfleet-metrics-*")
+        children = first.worker_pids()
+        first.process.send_signal(signal.SIGKILL)
+        first.process.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(pid) for pid in children), children
+    finally:
+        first.stop()
+    assert left.exists()
+    # When the next fleet starts on the host
+    second = start_fleet(redis_url, f"{namespace}-k2", tmp_path / "w2.log", processes=1, env=env)
+    try:
+        # Then the dead supervisor's folder is gone and the new one's is there
+        assert not left.exists()
+        assert len(list(tmp.glob("toolfleet-metrics-*"))) == 1
+    finally:
+        second.stop()
     assert list(tmp.iterdir()) == []
 
 

@@ -7,6 +7,7 @@ are served once per fleet by ``toolfleet exporter`` (:mod:`toolfleet.worker.supe
 from __future__ import annotations
 
 import errno
+import fcntl
 import logging
 import os
 import shutil
@@ -16,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
@@ -51,6 +52,7 @@ __all__ = [
     "prepare_multiprocess_dir",
     "probe_app",
     "serve_metrics",
+    "sweep_private_dirs",
 ]
 
 log = logging.getLogger("toolfleet.worker.metrics")
@@ -58,6 +60,12 @@ log = logging.getLogger("toolfleet.worker.metrics")
 
 #: prometheus-client reads its multiprocess folder from this variable (children inherit it).
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+#: the prefix of the private folders under the temporary directory
+PRIVATE_PREFIX = "toolfleet-metrics-"
+#: the file in a private folder its supervisor holds an exclusive ``flock`` on
+OWNER_LOCK = ".owner.lock"
 
 
 @dataclass(frozen=True)
@@ -68,16 +76,20 @@ class MultiprocessDir:
         path: the folder.
         private: True when the supervisor created it (and removes it at exit); False when
             the operator chose it (``PROMETHEUS_MULTIPROC_DIR`` or ``metrics_dir``).
+        owner: the open lock file of a private folder (closed by :meth:`remove`).
     """
 
     path: Path
     private: bool
+    owner: IO[str] | None = None
 
     def remove(self) -> None:
         """Delete a private folder and stop exporting it; an operator's folder stays."""
         if not self.private:
             return
         shutil.rmtree(self.path, ignore_errors=True)
+        if self.owner is not None:
+            self.owner.close()
         if os.environ.get(MULTIPROC_ENV) == str(self.path):
             del os.environ[MULTIPROC_ENV]
 
@@ -88,7 +100,11 @@ def prepare_multiprocess_dir(directory: str | None) -> MultiprocessDir:
     ``PROMETHEUS_MULTIPROC_DIR`` when set, else ``directory``, is the operator's folder:
     emptied (stale files of dead processes would be summed in), kept at exit. With neither,
     a fresh private folder under the temporary directory, so two fleets on one host never
-    read each other's samples; :meth:`MultiprocessDir.remove` deletes it.
+    read each other's samples; :meth:`MultiprocessDir.remove` deletes it. The supervisor
+    holds a ``flock`` on a file in its private folder while it lives; the private folders
+    of supervisors that died without removing theirs (``SIGKILL``, out of memory) hold
+    no lock, and the next supervisor started on the host removes them
+    (:func:`sweep_private_dirs`).
 
     Args:
         directory: the folder to use when ``PROMETHEUS_MULTIPROC_DIR`` is unset, or None.
@@ -97,15 +113,60 @@ def prepare_multiprocess_dir(directory: str | None) -> MultiprocessDir:
         The folder, exported in ``os.environ`` for the worker processes started later.
     """
     chosen = os.environ.get(MULTIPROC_ENV) or directory
+    owner = None
     if chosen:
         path = Path(chosen)
         if path.exists():
             shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True, exist_ok=True)
     else:
-        path = Path(tempfile.mkdtemp(prefix="toolfleet-metrics-"))
+        sweep_private_dirs(Path(tempfile.gettempdir()))
+        path = Path(tempfile.mkdtemp(prefix=PRIVATE_PREFIX))
+        owner = _hold(path)
     os.environ[MULTIPROC_ENV] = str(path)
-    return MultiprocessDir(path, private=not chosen)
+    return MultiprocessDir(path, private=not chosen, owner=owner)
+
+
+def sweep_private_dirs(parent: Path) -> list[Path]:
+    """Remove the private metrics folders under ``parent`` that no live supervisor holds.
+
+    A folder counts as held while some process holds the ``flock`` on its
+    :data:`OWNER_LOCK` (a lock the kernel drops when its holder dies, in any PID
+    namespace). A folder without that file (one being made, or made by an older
+    version) is left alone, as is one this user may not read.
+
+    Returns:
+        The folders removed.
+    """
+    removed = []
+    for folder in parent.glob(PRIVATE_PREFIX + "*"):
+        try:
+            fd = os.open(folder / OWNER_LOCK, os.O_RDWR)  # never created here
+        except OSError:  # no lock file, or not ours: not known to be stale
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # BlockingIOError: its supervisor lives
+            continue
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _hold(folder: Path) -> IO[str]:
+    """Lock a new private folder; the open lock file, held until it is closed.
+
+    The file is locked under a temporary name, then renamed: it appears already locked,
+    so no sweep can take it in between.
+    """
+    staging = folder / f"{OWNER_LOCK}.{os.getpid()}"
+    owner = staging.open("w")
+    fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    staging.rename(folder / OWNER_LOCK)
+    return owner
 
 
 def mark_dead(pid: int, directory: Path) -> None:
