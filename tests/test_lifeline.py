@@ -12,8 +12,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -130,6 +132,10 @@ def test_sigterm_ends_the_fleet_within_the_grace(
 
 def test_killed_demo_leaves_no_process(tmp_path: Path) -> None:
     """SIGKILL to `toolfleet demo` while a tool holds the GIL: none of its processes is left."""
+    # the demo's own temporary folders (its server's socket, its metrics) stay behind when it
+    # is killed outright; a short one of the test's keeps them out of /tmp (a socket's path
+    # under pytest's tmp_path would be too long)
+    scratch = Path(tempfile.mkdtemp(prefix="tf-demo-", dir="/tmp"))
     marker = tmp_path / "holding"
     calls = tmp_path / "calls.jsonl"
     call = {"function": "ext_lifeline_hold_gil", "arguments": {"marker": str(marker)}}
@@ -139,6 +145,7 @@ def test_killed_demo_leaves_no_process(tmp_path: Path) -> None:
         _env(),
         TOOLFLEET_EXTENSION_PATHS=str(LIFELINE_EXT),
         TOOLFLEET_HEALTH_DIR=str(tmp_path / "health"),
+        TMPDIR=str(scratch),
     )
     log = (tmp_path / "demo.log").open("wb")
     demo = subprocess.Popen(
@@ -164,3 +171,4 @@ def test_killed_demo_leaves_no_process(tmp_path: Path) -> None:
             _kill(pid)
         demo.wait()
         log.close()
+        shutil.rmtree(scratch, ignore_errors=True)
