@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -30,12 +31,30 @@ def counted_fleet(counting_server: Any, tmp_path: Any) -> Iterator[Fleet]:
     running.stop()
 
 
-def _frozen(fleet: Fleet) -> list[int]:
-    """Stop the fleet's processes (SIGSTOP) so that only the ui's reads reach Redis."""
+def _frozen(fleet: Fleet, client: redis.Redis) -> list[int]:
+    """Stop the fleet's processes (SIGSTOP) so that only the ui's reads reach Redis.
+
+    Returns once Redis has run nothing for :data:`QUIET_S`: what a process sent just
+    before it stopped (a heartbeat's pipeline) may still wait in Redis's input buffers,
+    and on a loaded machine Redis may run it only after the first count began.
+    """
     pids = [fleet.process.pid, *fleet.worker_pids()]
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
-    return pids
+    deadline = time.monotonic() + 30
+    while True:
+        client.config_resetstat()
+        time.sleep(QUIET_S)
+        late = command_counts(client)
+        if not late:
+            return pids
+        if time.monotonic() > deadline:
+            _thaw(pids)
+            raise AssertionError(f"Redis still runs commands of the frozen fleet: {late}")
+
+
+#: seconds without a command after which the frozen fleet has nothing left in Redis's buffers
+QUIET_S = 0.5
 
 
 def _thaw(pids: list[int]) -> None:
@@ -64,7 +83,7 @@ def test_a_refresh_costs_the_same_commands_after_10_and_after_2000_calls(
     with ToolClient(counted_fleet.redis_url, namespace=ns) as calls:
         assert all(calls.call(ECHO, {"text": "x"}).ok for _ in range(10))
     asyncio.run(asyncio.sleep(1.5))  # a heartbeat adds them to the aggregates
-    pids = _frozen(counted_fleet)
+    pids = _frozen(counted_fleet, client)
     try:
         after_10 = _one_refresh(client, ns)
     finally:
@@ -73,7 +92,7 @@ def test_a_refresh_costs_the_same_commands_after_10_and_after_2000_calls(
         futures = [calls.submit(ECHO, {"text": "y"}) for _ in range(2000)]
         assert all(f.result(timeout=120).ok for f in futures)
     asyncio.run(asyncio.sleep(1.5))
-    pids = _frozen(counted_fleet)
+    pids = _frozen(counted_fleet, client)
     try:
         after_2010 = _one_refresh(client, ns)
         snapshot = read_snapshot(client, ns, worker_ttl_s=3600)
