@@ -46,8 +46,11 @@ class TestData(BaseSettings):
 
 
 BFCL_DATA: Path | None = TestData().bfcl_dir
+#: the public BFCL files, at the last Gorilla commit with their ``BFCL_v3_*`` names; which
+#: file comes from where: docs/getting-started.md, "The tests' BFCL folder"
 BFCL_SOURCE = (
-    "https://github.com/ShishirPatil/gorilla/tree/main/berkeley-function-call-leaderboard/data"
+    "https://github.com/ShishirPatil/gorilla/tree/cd9429ccf3d4d04156affe883c495b3b047e6b64/"
+    "berkeley-function-call-leaderboard/bfcl_eval/data"
 )
 
 
