@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 import redis
+from redis.backoff import ExponentialBackoff
 
 from toolfleet.shared.errors import ConnectionFailed
 
@@ -29,6 +30,9 @@ OUTAGE_ERRORS: tuple[type[Exception], ...] = (redis.RedisError, ConnectionFailed
 class Reconnect:
     """The backoff and the log lines of one listener's outages.
 
+    The waits are redis-py's ``ExponentialBackoff``: ``first_wait_s`` doubling per failed
+    attempt, up to ``max_wait_s``.
+
     Args:
         log: where the lines go.
         what: who is reconnecting, the start of each line (e.g. ``"reply listener"``).
@@ -36,7 +40,7 @@ class Reconnect:
         max_wait_s: the longest wait between two attempts, seconds.
     """
 
-    __slots__ = ("failures", "first_wait_s", "log", "max_wait_s", "wait_s", "what")
+    __slots__ = ("backoff", "failures", "log", "what")
 
     def __init__(
         self,
@@ -47,20 +51,17 @@ class Reconnect:
     ) -> None:
         self.log = log
         self.what = what
-        self.first_wait_s = first_wait_s
-        self.max_wait_s = max_wait_s
+        self.backoff = ExponentialBackoff(cap=max_wait_s, base=first_wait_s)
         self.failures = 0
-        self.wait_s = first_wait_s
 
     def failed(self, exc: Exception) -> float:
         """Note a failed attempt; return the seconds to wait before the next one."""
+        wait_s: float = self.backoff.compute(self.failures)
         self.failures += 1
-        wait_s = self.wait_s
         if self.failures == 1:
             self.log.warning("%s: Redis unreachable (%s); reconnecting", self.what, exc)
         else:
             self.log.debug("%s: attempt %d failed (%s)", self.what, self.failures, exc)
-        self.wait_s = min(self.wait_s * 2, self.max_wait_s)
         return wait_s
 
     def succeeded(self) -> None:
@@ -68,4 +69,3 @@ class Reconnect:
         if self.failures:
             self.log.info("%s: Redis is back after %d failed attempts", self.what, self.failures)
             self.failures = 0
-            self.wait_s = self.first_wait_s
