@@ -27,7 +27,9 @@ JSON Schema object, as pydantic's ``model_json_schema()`` writes it) and, option
                     "description", "display_description", "preparation", "parameters":
                     [{"name", "type", "description", "display_description",
                     "required"}]}`` (``display_*`` fall back to ``name`` /
-                    ``description``; RAGFlow's ``displayName`` / ``displayDescription``).
+                    ``description``; RAGFlow's ``displayName`` / ``displayDescription``;
+                    ``type`` is :func:`display_type`'s, so an optional ``str | None``
+                    parameter reads ``"string"``).
 ==================  ==================================================================
 
 Strict schemas follow what the official ``openai`` Python package does in
@@ -70,7 +72,14 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-__all__ = ["FORMATS", "SCHEMA_HASH_KEY", "export_tools", "strict_problems", "to_strict_schema"]
+__all__ = [
+    "FORMATS",
+    "SCHEMA_HASH_KEY",
+    "display_type",
+    "export_tools",
+    "strict_problems",
+    "to_strict_schema",
+]
 
 #: The metadata key holding the schema hash a model is shown (MCP ``_meta``, and the
 #: ``metadata`` object of the other formats when asked for): pass it back as a call's
@@ -442,7 +451,7 @@ def _display(entry: Mapping[str, Any]) -> dict[str, Any]:
     parameters = [
         {
             "name": name,
-            "type": sub.get("type") if isinstance(sub, Mapping) else None,
+            "type": display_type(sub, schema),
             "description": str(sub.get("description") or "") if isinstance(sub, Mapping) else "",
             "display_description": str(
                 shown.get(name)
@@ -461,6 +470,91 @@ def _display(entry: Mapping[str, Any]) -> dict[str, Any]:
         "preparation": entry.get("preparation"),
         "parameters": parameters,
     }
+
+
+def display_type(schema: Any, root: Mapping[str, Any] | None = None) -> str | None:
+    """The JSON type a person is shown for a parameter's ``schema``, ``null`` left out.
+
+    An optional parameter's schema often only says its type inside a union with
+    ``null`` (pydantic writes ``str | None`` as ``{"anyOf": [{"type": "string"},
+    {"type": "null"}]}``; others write ``{"type": ["string", "null"]}``): its type is
+    the non-null part. ``oneOf`` reads like ``anyOf``; ``allOf`` takes the first typed
+    member; a ``$ref`` (local, ``#/...``) is followed into ``root``; ``enum`` and
+    ``const`` without a ``type`` give their values' JSON type.
+
+    Args:
+        schema: a property's JSON Schema (a mapping; ``True`` or anything else: any type).
+        root: the schema the ``$ref`` s point into (the tool's parameters).
+
+    Returns:
+        A JSON Schema type name (``"string"``, ``"integer"``, ``"array"`` ...), several
+        joined by ``" | "`` for a union, ``"null"`` when null is all it accepts, or
+        ``None`` when it accepts a value of any type.
+    """
+    names = _type_names(schema, root or {}, ())
+    if names is None:
+        return None
+    shown = [name for name in names if name != "null"] or names
+    return " | ".join(shown) if shown else None
+
+
+def _type_names(schema: Any, root: Mapping[str, Any], seen: tuple[str, ...]) -> list[str] | None:
+    """The type names ``schema`` accepts, in order, or ``None`` for any type."""
+    if not isinstance(schema, Mapping):
+        return None
+    declared = schema.get("type")
+    if isinstance(declared, str):
+        return [declared]
+    if isinstance(declared, list) and declared:
+        return _unique(str(name) for name in declared)
+    for keyword in ("anyOf", "oneOf"):
+        variants = schema.get(keyword)
+        if isinstance(variants, list) and variants:
+            found: list[str] = []
+            for variant in variants:
+                names = _type_names(variant, root, seen)
+                if names is None:
+                    return None
+                found += names
+            return _unique(found)
+    all_of = schema.get("allOf")
+    if isinstance(all_of, list):
+        for member in all_of:
+            names = _type_names(member, root, seen)
+            if names is not None:
+                return names
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/") and ref not in seen:
+        target: Any = root
+        for token in ref[2:].split("/"):
+            key = token.replace("~1", "/").replace("~0", "~")
+            target = target.get(key) if isinstance(target, Mapping) else None
+        return _type_names(target, root, (*seen, ref))
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return _unique(_json_type(value) for value in schema["enum"])
+    if "const" in schema:
+        return [_json_type(schema["const"])]
+    if "properties" in schema:
+        return ["object"]
+    return None
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _unique(names: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(names))
 
 
 def _mcp_annotations(entry: Mapping[str, Any]) -> dict[str, Any]:

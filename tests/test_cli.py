@@ -250,3 +250,27 @@ def test_tools_with_no_worker_prints_an_empty_list_and_says_why_on_stderr(
     finally:
         client.delete(catalog_key(ns))
         client.close()
+
+
+def test_tools_display_is_text_per_tool_with_the_types_of_optional_parameters(
+    fleet: Fleet,
+) -> None:
+    """`toolfleet tools --format display` prints a block of indented lines per tool that
+    fit the terminal, each parameter with its type and whether it is required; optional
+    parameters keep their types; a description is not repeated as a display one."""
+    out = _run(["tools", "--format", "display"], fleet, COLUMNS="80")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) > 100 and max(map(len, lines)) <= 80, out.stdout[:2000]
+    blocks: dict[str, str] = {}
+    for line in lines:  # a tool's block starts with its name, unindented
+        if line and not line.startswith(" "):
+            name = line
+        blocks[name] = blocks.get(name, "") + line + "\n"
+    book = blocks["ext_bfcl_book_room"]
+    assert "    discount_code (string, optional): The discount code (if any)." in book
+    assert "    room_type (string, required): The room type to book." in book
+    assert "  Book a room for a customer and return the booking." in book
+    assert "    timezone (string, optional): IANA time zone" in blocks["ext_date_calculator_now"]
+    assert "shown as:" not in out.stdout  # the bundled tools have no display text of their own
+    assert "null" not in out.stdout

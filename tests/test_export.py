@@ -589,3 +589,43 @@ def test_public_names() -> None:
         "to_strict_schema",
     ]
     assert FORMATS == ("openai", "openai-strict", "responses", "anthropic", "mcp", "display")
+
+
+def test_display_keeps_the_type_of_optional_parameters() -> None:
+    """display: an optional parameter reads as its type, not null, whatever the schema's
+    shape for "T or null" (pydantic's anyOf, a type list, oneOf, a $ref to an enum)."""
+
+    class Booking(BaseModel):
+        """Book."""
+
+        room: str
+        discount_code: str | None = None
+        nights: int | None = Field(None, description="How many")
+        trim: Color | None = None
+        size: Literal["s", "m"] | None = None
+        tags: list[str] | None = None
+        either: int | str | None = None
+
+    (tool,) = export_tools([_entry(Booking)], "display")
+    assert {p["name"]: p["type"] for p in tool["parameters"]} == {
+        "room": "string",
+        "discount_code": "string",
+        "nights": "integer",
+        "trim": "string",
+        "size": "string",
+        "tags": "array",
+        "either": "integer | string",
+    }
+    assert [p["required"] for p in tool["parameters"]] == [True] + [False] * 6
+    hand_written = {
+        "type": "object",
+        "properties": {
+            "a": {"type": ["number", "null"]},
+            "b": {"oneOf": [{"type": "null"}, {"type": "boolean"}]},
+            "c": {"description": "anything"},
+            "d": {"anyOf": [{"$ref": "#/$defs/Point"}, {"type": "null"}]},
+        },
+        "$defs": {"Point": {"type": "object", "properties": {"x": {"type": "number"}}}},
+    }
+    (raw,) = export_tools([{"name": "t", "parameters": hand_written}], "display")
+    assert [p["type"] for p in raw["parameters"]] == ["number", "boolean", None, "object"]

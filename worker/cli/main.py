@@ -8,6 +8,7 @@ Global options, before or after the subcommand: ``--redis-url`` (``TOOLFLEET_RED
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -36,6 +37,7 @@ from toolfleet.worker.cli.mcp_serve import mcp
 from toolfleet.worker.cli.ops import events, exporter, health, top
 from toolfleet.worker.cli.quality import quality, quality_table
 from toolfleet.worker.cli.support import EXIT_FAILED, CliState, ToolfleetGroup, global_options
+from toolfleet.worker.cli.tool_text import display_text
 from toolfleet.worker.cli.ui import ui
 from toolfleet.worker.devtools.local_fleet import LocalFleet, delete_namespace
 from toolfleet.worker.devtools.replay import (
@@ -173,17 +175,23 @@ def call(obj: CliState, function: str, arguments: str, timeout_s: float) -> None
 )
 @click.pass_obj
 def tools(obj: CliState, account: str | None, fmt: str, include_unavailable: bool) -> None:
-    """Print the fleet's tools as JSON, in a model API's format.
+    """Print the fleet's tools as JSON, in a model API's format, or as text to read.
 
     Standard output is the JSON list alone, ``[]`` included; when it is empty, a line on
     standard error says why (no worker has published tools, or none serves them now).
+    ``--format display`` prints text for people instead: per tool its names,
+    descriptions and parameters (type, required or optional), wrapped to the terminal
+    (``client.tools(format="display")`` gives the same as JSON).
     """
     with obj.tool_client() as client:
         listed = client.tools(account=account, format=fmt, include_unavailable=include_unavailable)
         catalogued = [] if listed or include_unavailable else client.tools(
             account=account, format=fmt, include_unavailable=True
         )  # fmt: skip
-    click.echo(codec.dumps_str(listed))
+    if fmt == "display":
+        click.echo(display_text(listed, shutil.get_terminal_size().columns), nl=False)
+    else:
+        click.echo(codec.dumps_str(listed))
     if not listed:
         click.echo(_why_no_tools(obj, account, len(catalogued)), err=True)
 
