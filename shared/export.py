@@ -28,7 +28,7 @@ JSON Schema object, as pydantic's ``model_json_schema()`` writes it) and, option
                     [{"name", "type", "description", "display_description",
                     "required"}]}`` (``display_*`` fall back to ``name`` /
                     ``description``; RAGFlow's ``displayName`` / ``displayDescription``;
-                    ``type`` is :func:`display_type`'s, so an optional ``str | None``
+                    ``type`` is ``_display_type``'s, so an optional ``str | None``
                     parameter reads ``"string"``).
 ==================  ==================================================================
 
@@ -72,14 +72,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-__all__ = [
-    "FORMATS",
-    "SCHEMA_HASH_KEY",
-    "display_type",
-    "export_tools",
-    "strict_problems",
-    "to_strict_schema",
-]
+__all__ = ["FORMATS", "SCHEMA_HASH_KEY", "export_tools", "strict_problems", "to_strict_schema"]
 
 #: The metadata key holding the schema hash a model is shown (MCP ``_meta``, and the
 #: ``metadata`` object of the other formats when asked for): pass it back as a call's
@@ -451,7 +444,7 @@ def _display(entry: Mapping[str, Any]) -> dict[str, Any]:
     parameters = [
         {
             "name": name,
-            "type": display_type(sub, schema),
+            "type": _display_type(sub, schema),
             "description": str(sub.get("description") or "") if isinstance(sub, Mapping) else "",
             "display_description": str(
                 shown.get(name)
@@ -472,7 +465,7 @@ def _display(entry: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def display_type(schema: Any, root: Mapping[str, Any] | None = None) -> str | None:
+def _display_type(schema: Any, root: Mapping[str, Any] | None = None) -> str | None:
     """The JSON type a person is shown for a parameter's ``schema``, ``null`` left out.
 
     An optional parameter's schema often only says its type inside a union with
