@@ -28,8 +28,8 @@ JSON Schema object, as pydantic's ``model_json_schema()`` writes it) and, option
                     [{"name", "type", "description", "display_description",
                     "required"}]}`` (``display_*`` fall back to ``name`` /
                     ``description``; RAGFlow's ``displayName`` / ``displayDescription``;
-                    ``type`` is ``_display_type``'s, so an optional ``str | None``
-                    parameter reads ``"string"``).
+                    ``type`` is the JSON type with ``null`` left out, so an optional
+                    ``str | None`` parameter reads ``"string"``).
 ==================  ==================================================================
 
 Strict schemas follow what the official ``openai`` Python package does in
