@@ -125,18 +125,17 @@ class GatewayProbe:
 
 
 def _top(url: str, ns: str) -> str:
-    out = subprocess.run([toolfleet_command(), "top", "--once"], capture_output=True,
+    out = subprocess.run([toolfleet_command(), "top", "--once", "--catalog"], capture_output=True,
                          text=True, env=_env(url, ns), timeout=60, check=True)  # fmt: skip
     return out.stdout
 
 
 def _top_names(url: str, ns: str) -> set[str]:
-    """The function names of ``top``'s catalog table (between its title and the next)."""
+    """The function names of ``top --catalog``'s catalog table (the frame's last table)."""
     lines = _top(url, ns).splitlines()
-    titles = [i for i, line in enumerate(lines) if line.strip() in ("catalog", "workers")]
-    start, end = titles[0], titles[1]
-    assert lines[start].strip() == "catalog", lines
-    words = " ".join(lines[start:end]).replace("│", " ").split()
+    titles = [i for i, line in enumerate(lines) if line.strip() == "catalog"]
+    assert titles, lines
+    words = " ".join(lines[titles[-1] :]).replace("│", " ").split()
     return {word for word in words if word.startswith("ext_")}
 
 

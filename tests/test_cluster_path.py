@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -275,7 +276,8 @@ def test_cli_tools_top_and_events_on_a_cluster(cfleet: ClusterFleet) -> None:
                    frame.splitlines()), frame  # fmt: skip
     assert F + "add" in frame and FACTORIAL in frame
     # every function's calls came from both groups' streams (the window holds ours)
-    rows = {line.split("│")[1].strip(): line for line in frame.splitlines() if line.count("│") > 5}
+    rows = {cells[0]: cells for line in frame.splitlines()
+            if len(cells := re.split(r"\s{2,}", line.strip())) == 6}  # fmt: skip
     assert F + "add" in rows and FACTORIAL in rows, frame
     # events from the start of both groups' streams: every event of both is printed
     reader = cfleet.cluster.client()

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import pty
+import re
+import select
 import signal
 import socket
+import struct
 import subprocess
 import tempfile
+import termios
 import threading
 import time
 import urllib.error
@@ -14,6 +20,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -297,19 +304,19 @@ def _top_rows(fleet: Fleet) -> tuple[list[str], dict[str, list[str]]]:
     argv = [toolfleet_command(), "top", "--once"]
     out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=True)
     lines = out.stdout.splitlines()
-    rows: list[list[str]] = []
-    for line in lines:
-        cells = [c.strip() for c in line.split("\u2502")][1:-1]
+    return lines, _function_rows(lines)
+
+
+def _function_rows(lines: list[str]) -> dict[str, list[str]]:
+    """The rows of a frame's function table: name -> [calls/s, busy, p50, p99, errors]."""
+    rows: dict[str, list[str]] = {}
+    header = [i for i, line in enumerate(lines) if line.split()[:2] == ["function", "calls/s"]]
+    for line in lines[header[0] + 1 :] if header else []:
+        cells = re.split(r"\s{2,}", line.strip())
         if len(cells) != 6:
-            continue
-        if cells[1] or not rows:  # a new row; otherwise its cells wrapped onto this line
-            rows.append(cells)
-        else:
-            rows[-1] = [
-                a + b if i == 0 else f"{a} {b}".strip()
-                for i, (a, b) in enumerate(zip(rows[-1], cells, strict=True))
-            ]
-    return lines, {r[0]: r[1:] for r in rows if r[0].startswith(F)}
+            break  # the table ended (a caption, the next table's title)
+        rows[cells[0]] = cells[1:]
+    return rows
 
 
 def test_top_busy_counts_only_running_time_and_fits_80_columns(probe_fleet: Fleet) -> None:
@@ -324,8 +331,121 @@ def test_top_busy_counts_only_running_time_and_fits_80_columns(probe_fleet: Flee
     lines, rows = _top_rows(probe_fleet)
     assert max(len(line) for line in lines) <= 80, "\n".join(lines)
     assert rows[F + "add"][1] == "0.00", rows
-    assert "invalid_arguments: 5" in rows[F + "add"][4], rows
+    assert rows[F + "add"][4] == "5 invalid_arguments", rows
     assert 0.09 <= float(rows[F + "slow"][1]) <= 0.2, rows
+
+
+#: What rich's live display writes before each redrawn frame: back to the first line of
+#: the previous frame, erasing it line by line.
+_REDRAW = re.compile(r"\r\x1b\[2K(?:\x1b\[1A\x1b\[2K)*")
+_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _live_frames(raw: bytes) -> list[list[str]]:
+    """The whole frames a live view wrote to a terminal, as the lines on the screen."""
+    pieces = _REDRAW.split(raw.decode("utf-8", "replace"))
+    frames = []
+    for piece in pieces[:-1]:  # the last may still be being written
+        text = _ESCAPE.sub("", piece).replace("\r\n", "\n").replace("\r", "")
+        if text.strip():
+            frames.append(text.split("\n"))
+    return frames
+
+
+def _in_a_terminal(argv: list[str], env: dict[str, str], rows: int, columns: int) -> Any:
+    """Start ``argv`` with a pseudo-terminal of ``rows`` x ``columns`` as its stdio."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    process = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env,
+                               preexec_fn=default_sigint, close_fds=True)  # fmt: skip
+    os.close(slave)
+    return process, master
+
+
+def _read_some(master: int, wait_s: float) -> bytes:
+    ready, _, _ = select.select([master], [], [], wait_s)
+    if not ready:
+        return b""
+    try:
+        return os.read(master, 65536)
+    except OSError:  # the terminal's other side closed (the process ended)
+        return b""
+
+
+def test_top_in_an_80x24_terminal_shows_the_live_tables_in_every_frame(probe_fleet: Fleet) -> None:
+    """`toolfleet top` in a terminal of 80 columns and 24 lines (a pty), while calls run,
+    shows in every frame, within the screen (no `...` where the display cut it): the catalog
+    in one line, the queues, the workers and the function table with calls/s, p50/p99 and
+    errors. Neither the long catalog (the built-in extensions and the test ones) nor the
+    thirty-odd functions called push anything off: the busiest rows are shown and a line
+    says how many more there are."""
+    url, ns = probe_fleet.redis_url, probe_fleet.namespace
+    stop = threading.Event()
+    with ToolClient(url, namespace=ns) as client:
+        names = [t["function"]["name"] for t in client.tools()]
+        bfcl = [name for name in names if name.startswith("ext_bfcl_")]
+        assert len(bfcl) > 24, bfcl
+
+        def calls() -> None:  # ok calls to add, invalid ones to every bfcl tool
+            while not stop.is_set():
+                pending = [client.submit(F + "add", {"a": i, "b": 1}) for i in range(10)]
+                pending += [client.submit(name, {}) for name in bfcl]
+                for future in pending:
+                    future.result()
+
+        caller = threading.Thread(target=calls, daemon=True)
+        caller.start()
+        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+        env |= {"TOOLFLEET_REDIS_URL": url, "TOOLFLEET_NAMESPACE": ns, "TERM": "xterm-256color"}
+        process, master = _in_a_terminal(
+            [toolfleet_command(), "top", "--interval", "0.5"], env, rows=24, columns=80
+        )
+        raw = b""
+        try:
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline and process.poll() is None:
+                raw += _read_some(master, 0.5)
+                called = [f for f in _live_frames(raw) if _called(f, F + "add")]
+                if len(called) >= 3:
+                    break
+            frames = _live_frames(raw)  # read while it runs: no Ctrl-C yet
+            assert process.poll() is None, raw.decode(errors="replace")[-3000:]
+            process.send_signal(signal.SIGINT)
+            deadline = time.monotonic() + 30
+            while process.poll() is None and time.monotonic() < deadline:
+                _read_some(master, 0.2)  # the terminal keeps reading: its last frame
+            assert process.wait(timeout=5) == 0
+        finally:
+            stop.set()
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            os.close(master)
+            caller.join(timeout=60)
+    shown = "\n\n".join("\n".join(frame) for frame in frames)
+    assert len([f for f in frames if _called(f, F + "add")]) >= 3, shown[-4000:]
+    for frame in frames:
+        text = "\n".join(frame)
+        assert len(frame) <= 24 and max(map(len, frame)) <= 80, text
+        assert "..." not in [line.strip() for line in frame], text
+        assert frame[0].startswith("catalog: ") and " functions in " in frame[0], text
+        assert any(line.split()[:1] == ["tools.fleet-test"] for line in frame), text
+        assert any(line.split()[:2] == ["host", "worker"] for line in frame), text
+        header = [line.split() for line in frame if line.startswith("function ")]
+        assert header == [["function", "calls/s", "busy", "p50", "ms", "p99", "ms", "errors"]]
+    last = frames[-1]
+    rows = _function_rows(last)
+    add = rows[F + "add"]
+    assert float(add[0]) > 0 and add[2] != "-" and add[3] != "-", last  # p50, p99 of its runs
+    bfcl_rows = [cells for name, cells in rows.items() if name.startswith("ext_bfcl_")]
+    assert bfcl_rows and all(" invalid_argum" in cells[4] for cells in bfcl_rows), last
+    assert any(re.fullmatch(r"\+\d+ more functions", line.strip()) for line in last), last
+
+
+def _called(frame: list[str], function: str) -> bool:
+    """Whether ``frame``'s function table shows calls of ``function``."""
+    row = _function_rows(frame).get(function)
+    return row is not None and float(row[0]) > 0
 
 
 def test_top_without_a_terminal_prints_plain_frames_while_it_runs(probe_fleet: Fleet) -> None:

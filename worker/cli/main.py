@@ -34,10 +34,11 @@ from toolfleet.shared.wire import Status, ToolCallResult
 from toolfleet.worker.cli.admin import extensions, switch
 from toolfleet.worker.cli.limits import limits
 from toolfleet.worker.cli.mcp_serve import mcp
-from toolfleet.worker.cli.ops import events, exporter, health, top
+from toolfleet.worker.cli.ops import events, exporter, health
 from toolfleet.worker.cli.quality import quality, quality_table
 from toolfleet.worker.cli.support import EXIT_FAILED, CliState, ToolfleetGroup, global_options
 from toolfleet.worker.cli.tool_text import display_text
+from toolfleet.worker.cli.top import top
 from toolfleet.worker.cli.ui import ui
 from toolfleet.worker.devtools.local_fleet import LocalFleet, delete_namespace
 from toolfleet.worker.devtools.replay import (

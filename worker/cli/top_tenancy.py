@@ -7,27 +7,27 @@ from collections.abc import Mapping
 from typing import Any
 
 import redis
-from rich.table import Column, Table
 
 from toolfleet.shared.layout import KeyLayout
 from toolfleet.shared.tenancy.breakers import breaker_key
 from toolfleet.shared.tenancy.lanes import LANES, lane_keys, uses_lanes
 from toolfleet.shared.tenancy.quotas import Quota, limits_key
+from toolfleet.worker.cli.top_layout import Section
 from toolfleet.worker.tenancy.concurrency import concurrency_key
 
-__all__ = ["tenancy_tables"]
+__all__ = ["tenancy_sections"]
 
 #: Most quota rows shown (``toolfleet limits list`` shows them all).
 MAX_QUOTA_ROWS = 10
 
 
-def tenancy_tables(
+def tenancy_sections(
     client: redis.Redis,
     layout: KeyLayout,
     functions: list[str],
     queues: list[str],
     queue_of: Mapping[str, str] | None = None,
-) -> list[Table]:
+) -> list[Section]:
     """Tables of what is limited now; a table with nothing to show is left out.
 
     Args:
@@ -51,28 +51,28 @@ def tenancy_tables(
         pipe.zcount(concurrency_key(prefix, function), now_ms, "+inf")
     pipe.hgetall(limits_key(layout.fleet))
     values: list[Any] = pipe.execute()
-    tables = [_lanes(laned, values[: LANES * len(laned)])]
+    sections = [_lanes(laned, values[: LANES * len(laned)])]
     rest = values[LANES * len(laned) :]
-    tables.append(_limited(functions, rest[:-1]))
-    tables.append(_quotas(rest[-1]))
-    return [table for table in tables if table.row_count]
+    sections.append(_limited(functions, rest[:-1]))
+    sections.append(_quotas(rest[-1]))
+    return [section for section in sections if section.rows]
 
 
-def _lanes(queues: list[str], depths: list[int]) -> Table:
-    table = Table("queue", "lanes with calls", "deepest lane", title="account lanes")
+def _lanes(queues: list[str], depths: list[int]) -> Section:
+    table = Section("account lanes", ("queue", "lanes with calls", "deepest lane"), noun="queues")
     width = len(depths) // len(queues) if queues else 0
     for i, queue in enumerate(queues):
         lanes = depths[i * width : (i + 1) * width]
         busy = [n for n in lanes if n]
         if busy:
-            table.add_row(queue, str(len(busy)), str(max(busy)))
+            table.rows.append((sum(busy), [queue, str(len(busy)), str(max(busy))]))
     return table
 
 
-def _limited(functions: list[str], values: list[Any]) -> Table:
-    table = Table(
-        Column("function", overflow="fold"), "breaker", "retry in s", "slots held",
-        title="breakers and concurrency",
+def _limited(functions: list[str], values: list[Any]) -> Section:
+    table = Section(
+        "breakers and concurrency", ("function", "breaker", "retry in s", "slots held"),
+        noun="functions",
     )  # fmt: skip
     now_ms = time.time() * 1000
     for i, function in enumerate(functions):
@@ -83,17 +83,19 @@ def _limited(functions: list[str], values: list[Any]) -> Table:
             continue
         until = float(state.get(b"until", b"0"))
         wait = f"{max(0.0, (until - now_ms) / 1000):.1f}" if name != "closed" else "-"
-        table.add_row(function, name, wait, str(held))
+        weight = held + (1_000_000 if name != "closed" else 0)  # an open breaker first
+        table.rows.append((weight, [function, name, wait, str(held)]))
     return table
 
 
-def _quotas(raw: dict[bytes, bytes]) -> Table:
-    table = Table("scope", "in flight", "per s", title=f"quotas (first {MAX_QUOTA_ROWS})")
+def _quotas(raw: dict[bytes, bytes]) -> Section:
+    table = Section(f"quotas (first {MAX_QUOTA_ROWS})", ("scope", "in flight", "per s"),
+                    noun="quotas")  # fmt: skip
     for scope, data in sorted(raw.items())[:MAX_QUOTA_ROWS]:
         try:
             quota = Quota.model_validate_json(data)
         except ValueError:
             continue
         cells = ["-" if v is None else f"{v:g}" for v in (quota.in_flight, quota.per_s)]
-        table.add_row(scope.decode(), *cells)
+        table.rows.append((0.0, [scope.decode(), *cells]))
     return table
