@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -135,16 +136,17 @@ def test_demo_on_embedded_redis_prints_table_and_leaves_nothing_behind() -> None
     stdout = process.stdout.read() if process.stdout else ""
     assert process.returncode == 0, stdout
     assert "embedded Redis" in stdout
-    assert "mismatched" in stdout and "32 │" in stdout
+    assert re.search(r"^ *32  correct ", stdout, re.M) and "mismatched" in stdout, stdout
     assert own_redis, "the demo's embedded redis-server was never seen"
     assert workers, "the demo's worker processes were never seen"
     assert not all_gone(workers, within_s=5.0)
     assert not own_redis & _redis_server_pids()
 
 
-def test_demo_without_bubblewrap_says_so_in_one_warning_line(tmp_path: Path) -> None:
+def test_demo_without_bubblewrap_says_so_in_one_plain_sentence(tmp_path: Path) -> None:
     """On a host without `bwrap`, `toolfleet demo` (2 worker processes) still passes, and
-    says once, as a warning and not an error, that the python tool is not served and why."""
+    says once, in a sentence of its own under its first line (no log record: no time, no
+    level, no logger), that the python tool is not served and what to install."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
     env["TOOLFLEET_NAMESPACE"] = f"tfdemo-{uuid.uuid4().hex[:8]}"
     env["PATH"] = str(tmp_path)  # an empty folder: no bwrap to be found
@@ -160,9 +162,46 @@ def test_demo_without_bubblewrap_says_so_in_one_warning_line(tmp_path: Path) -> 
     assert out.returncode == 0, text
     assert "mismatched" in text
     about = [line for line in text.splitlines() if "bubblewrap" in line]
-    assert len(about) == 1, text
-    assert " WARNING " in about[0] and "python" in about[0] and "not served" in about[0]
-    assert " ERROR " not in text, text
+    assert about == [
+        "The python tool is not served: it needs bubblewrap (apt-get install bubblewrap)."
+    ], text
+    assert out.stdout.splitlines()[1] == about[0], text
+    assert "WARNING" not in text and "ERROR" not in text and "toolfleet.worker" not in text
+
+
+def test_demo_report_fits_80_columns_and_two_screens() -> None:
+    """`toolfleet demo` at 80 columns: every line fits, nothing wrapped or cut (each row
+    whole on its line), at most 50 lines; each figure says on its line what it means, the
+    quality report lists the tools without their shared `ext_bfcl_`, and the last line is
+    the next command to try."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
+    env |= {"COLUMNS": "80", "TOOLFLEET_NAMESPACE": f"tfdemo-{uuid.uuid4().hex[:8]}"}
+    out = subprocess.run([toolfleet_command(), "demo"], capture_output=True, text=True,
+                         env=env, timeout=300, check=False)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = [line.rstrip() for line in out.stdout.splitlines()]
+    shown = "\n".join(lines)
+    assert len(lines) <= 50 and max(map(len, lines)) <= 80, shown
+    assert "…" not in shown, shown
+    assert lines[0].startswith("toolfleet demo: embedded Redis, 2 worker processes, 32 calls")
+    figures = {  # the bundled sample's 32 calls: figure -> its value
+        "correct": "32", "bit-exact": "19", "mismatched": "0", "ok": "19",
+        "invalid_arguments": "7", "tool_error": "3", "unknown_function": "3",
+    }  # fmt: skip
+    for figure, value in figures.items():
+        line = [row for row in lines if re.match(rf" *{value}  +{figure}  +\w+", row)]
+        assert len(line) == 1 and len(line[0].split()) >= 6, (figure, shown)  # with a meaning
+    for percentile in ("p50", "p99"):
+        assert re.search(rf"^ *\d+ ms  +{percentile}  +\S+ \S+ \S+", shown, re.M), shown
+    assert re.search(r"  bit-exact  +of 19 results checked: identical", shown), shown
+    rows = [  # the pairs with a call not ok, each on one line, worst first
+        "math_factorial          demo/model-b  6 of 8  5 invalid_arguments, 1 tool_error",
+        "get_fibonacci_sequence  demo/model-a  1 of 2  1 tool_error",
+    ]
+    at = [lines.index(row) for row in rows]
+    assert at[1] == at[0] + 1 and "tool (after ext_bfcl_)" in lines[at[0] - 1], shown
+    assert "ext_bfcl_math_gdc" in shown and "not_a_tool" in shown
+    assert lines[-1].startswith("Next: `toolfleet new ") and lines[-2] == "", shown
 
 
 def test_demo_replays_bfcl_exec_files() -> None:
@@ -179,15 +218,16 @@ def test_demo_replays_bfcl_exec_files() -> None:
         check=False,
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    rows = {
-        line.split("│")[1].strip(): line for line in out.stdout.splitlines() if line.count("│") == 3
+    figures = {  # the replay's figure -> its value, from the lines "<value>  <figure>  ..."
+        found[2]: found[1]
+        for line in out.stdout.splitlines()
+        if (found := re.match(r" *(\d+)  +(\S+)  ", line))
     }
-    summary = [line.split("│")[1:-1] for line in out.stdout.splitlines() if line.count("│") == 8]
-    entries, calls, correct, _exact, mismatched = (int(c) for c in summary[0][:5])
-    assert (entries, calls, correct, mismatched) == (200, 338, 338, 0)
-    assert rows["unknown_function"].split("│")[2].strip() == "132"
-    assert rows["ok"].split("│")[2].strip() == "202"
-    assert rows["tool_error"].split("│")[2].strip() == "4"
+    assert "338 calls replayed from " in out.stdout and "(200 entries)" in out.stdout
+    assert (figures["correct"], figures["mismatched"]) == ("338", "0"), out.stdout
+    assert figures["unknown_function"] == "132"
+    assert figures["ok"] == "202"
+    assert figures["tool_error"] == "4"
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])

@@ -374,7 +374,7 @@ def test_ctrl_c_while_the_demo_stops_is_quiet() -> None:
     try:
         for line in process.stdout:
             seen.append(line)
-            if "by status" in line:  # the replay is over: the fleet is being stopped
+            if line.startswith("Next: "):  # the report is over: the fleet is being stopped
                 process.send_signal(signal.SIGINT)
                 break
         seen.append(process.communicate(timeout=120)[0])
@@ -383,7 +383,7 @@ def test_ctrl_c_while_the_demo_stops_is_quiet() -> None:
             process.kill()
             process.communicate()
     text = "".join(seen)
-    assert "by status" in text, text
+    assert "Next: " in text, text
     assert "Traceback" not in text, text
     pgrep = ["pgrep", "-f", namespace]
     deadline = time.monotonic() + 10

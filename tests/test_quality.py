@@ -256,11 +256,13 @@ def test_demo_prints_the_quality_report_of_its_traffic(tmp_path: Path) -> None:
         timeout=300, check=False,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
-    report = out.stdout.split("quality (toolfleet quality)", 1)[1]
-    first = report.splitlines()[4]  # the worst row: after the title, the header and rules
-    assert "ext_bfcl_math_factorial" in first and "demo/model-b" in first
-    assert "verbose (extra) x1" in report and "n (missing) x1" in report
-    asked = report.split("unknown functions (this producer)", 1)[1]
+    report = out.stdout.split("by tool and model (toolfleet quality), worst first", 1)[1]
+    header, first = report.splitlines()[1:3]  # the worst row: after the title and header
+    assert header.split()[:3] == ["tool", "(after", "ext_bfcl_)"], report
+    assert first.split()[:2] == ["math_factorial", "demo/model-b"], report
+    fields = report.split("math_factorial by demo/model-b, failing fields: ", 1)[1]
+    assert "verbose extra" in fields and "n missing" in fields, report
+    asked = report.split("unknown functions: ", 1)[1]
     assert "ext_bfcl_math_gdc" in asked and "demo/model-b" in asked
 
 

@@ -21,7 +21,6 @@ import click
 import redis
 from pydantic import ValidationError
 from rich.console import Console
-from rich.table import Table
 
 from toolfleet.shared import codec
 from toolfleet.shared.aggregates import read_window
@@ -32,10 +31,18 @@ from toolfleet.shared.quality import quality_rows
 from toolfleet.shared.urls import redacted_url
 from toolfleet.shared.wire import Status, ToolCallResult
 from toolfleet.worker.cli.admin import extensions, switch
+from toolfleet.worker.cli.demo_report import (
+    NEXT_STEP,
+    host_notices,
+    mismatch_lines,
+    quality_part,
+    replay_table,
+    unknown_table,
+)
 from toolfleet.worker.cli.limits import limits
 from toolfleet.worker.cli.mcp_serve import mcp
 from toolfleet.worker.cli.ops import events, exporter, health
-from toolfleet.worker.cli.quality import quality, quality_table
+from toolfleet.worker.cli.quality import quality
 from toolfleet.worker.cli.support import EXIT_FAILED, CliState, ToolfleetGroup, global_options
 from toolfleet.worker.cli.tool_text import display_text
 from toolfleet.worker.cli.top import top
@@ -223,7 +230,7 @@ def replay_command(obj: CliState, files: tuple[Path, ...], timeout_s: float) -> 
 
     Exits 1 on any mismatch.
     """
-    report = _replay(obj, *_load(list(files)), timeout_s)
+    report = _replay(obj, *_load(list(files)), timeout_s, [path.name for path in files])
     sys.exit(0 if report.ok else 1)
 
 
@@ -246,10 +253,11 @@ def demo(
 ) -> None:
     """Run a whole fleet locally and replay FILES (default: a bundled sample).
 
-    Starts Redis (embedded unless a URL is set) and 2 worker processes, replays, prints the
-    table and the quality report (`toolfleet quality`), and stops everything. Exit 0 when
-    all matched. The models the files name are counted by name unless
-    TOOLFLEET_QUALITY_MODELS lists others.
+    Starts Redis (embedded unless a URL is set) and 2 worker processes, replays, prints a
+    report (the replay's figures and statuses, each with its meaning; the calls not ok by
+    tool and model, as `toolfleet quality` counts them; unknown names asked for; the next
+    command to try), and stops everything. Exit 0 when all matched. The models the files
+    name are counted by name unless TOOLFLEET_QUALITY_MODELS lists others.
     """
     settings = obj.settings.model_copy()
     paths = list(files) or [sample_file()]
@@ -262,23 +270,27 @@ def demo(
         settings.namespace = f"{settings.namespace}.demo.{uuid.uuid4().hex[:8]}"
     where = f"Redis {redacted_url(settings.redis_url)}" if settings.redis_url else "embedded Redis"
     console.print(
-        f"[bold]toolfleet demo[/]: {where}, "
-        f"{processes} worker processes, replaying {', '.join(p.name for p in paths)}"
+        f"[bold]toolfleet demo[/]: {where}, {processes} worker processes, "
+        f"{len(cases)} calls from {paths[0].name if len(paths) == 1 else f'{len(paths)} files'}",
+        highlight=False,
     )
     _exit_cleanly_on_termination()
     options = WorkerOptions(
         settings.model_copy(update={"metrics_port": 0}),
         processes=processes,
         threads=threads,
-        log_level="WARNING",
+        log_level="ERROR",  # what a worker only warns about, the demo says in its own words
     )
     fleet = LocalFleet(options, ready_queues=[default_queue_for("bfcl")])
     try:
         fleet.start()
         on_fleet = CliState(settings.model_copy(update={"redis_url": fleet.redis_url}))
         on_fleet.debug = obj.debug
-        report = _replay(on_fleet, cases, entries, timeout_s)
+        _print_host_notices(on_fleet)
+        report = _replay(on_fleet, cases, entries, timeout_s, [p.name for p in paths])
         _print_quality(on_fleet, report.answered_by_workers, settings.heartbeat_interval_s)
+        console.print()
+        console.print(NEXT_STEP, markup=False, highlight=False)
     finally:
         _ignore_termination()  # a Ctrl-C while the fleet stops must not cut the clean-up short
         fleet.stop()
@@ -321,7 +333,9 @@ def _ignore_termination() -> None:
         signal.signal(signum, signal.SIG_IGN)
 
 
-def _replay(state: CliState, cases: list[Expected], entries: int, timeout_s: float) -> ReplayReport:
+def _replay(
+    state: CliState, cases: list[Expected], entries: int, timeout_s: float, files: list[str]
+) -> ReplayReport:
     """Replay ``cases``; stop at the first failed call if Redis is gone meanwhile."""
 
     def on_result(result: ToolCallResult) -> None:
@@ -330,34 +344,19 @@ def _replay(state: CliState, cases: list[Expected], entries: int, timeout_s: flo
 
     with state.tool_client() as client:
         report = replay(client, cases, entries, timeout_s=timeout_s, on_result=on_result)
-    _print_report(report)
+    console.print()
+    console.print(replay_table(report, files))
+    for line in mismatch_lines(report, console.width):
+        console.print(line, style="red", markup=False, highlight=False)
     return report
 
 
-def _print_report(report: ReplayReport) -> None:
-    table = Table(title="replay", show_header=True)
-    for column in ("entries", "calls", "correct", "bit-exact", "mismatched", "p50 ms", "p99 ms"):
-        table.add_column(column, justify="right")
-    table.add_row(
-        str(report.entries),
-        str(report.calls),
-        str(report.correct),
-        str(report.bit_exact),
-        str(len(report.mismatches)),
-        f"{report.percentile_ms(50):.1f}",
-        f"{report.percentile_ms(99):.1f}",
-    )
-    console.print(table)
-    statuses = Table(title="by status")
-    statuses.add_column("status")
-    statuses.add_column("calls", justify="right")
-    for status, count in sorted(report.statuses.items()):
-        statuses.add_row(status, str(count))
-    console.print(statuses)
-    for case, _result, why in report.mismatches[:50]:
-        console.print(
-            f"[red]mismatch[/] {case.source} {case.function}: {why}", markup=True, highlight=False
-        )
+def _print_host_notices(state: CliState) -> None:
+    """A sentence for each extension the demo's workers could not serve on this host."""
+    with state.tool_client() as client:
+        errors = client.extension_errors()
+    for notice in host_notices(errors):
+        console.print(notice, markup=False, highlight=False)
 
 
 def _print_quality(state: CliState, calls: int, heartbeat_s: float) -> None:
@@ -379,7 +378,11 @@ def _print_quality(state: CliState, calls: int, heartbeat_s: float) -> None:
         client.close()
     rows = quality_rows(window)
     if rows:
-        console.print(quality_table(rows, "quality (toolfleet quality)"))
+        table, notes = quality_part(rows, console.width)
+        console.print()
+        console.print(table)
+        for note in notes:
+            console.print(note, markup=False, highlight=False)
     _print_unknown_functions()
 
 
@@ -387,14 +390,15 @@ def _print_unknown_functions() -> None:
     """The names this process's producer answered ``unknown_function`` for, by model."""
     from toolfleet.producer import metrics
 
-    asked = Table("model", "asked for", "calls", title="unknown functions (this producer)")
-    for family in metrics.REGISTRY.collect():
-        for sample in family.samples:
-            if sample.name == "toolfleet_client_unknown_functions_total" and sample.value:
-                labels = sample.labels
-                asked.add_row(labels["model"], labels["asked"], f"{sample.value:.0f}")
-    if asked.row_count:
-        console.print(asked)
+    asked = [
+        (sample.labels["model"], sample.labels["asked"], int(sample.value))
+        for family in metrics.REGISTRY.collect()
+        for sample in family.samples
+        if sample.name == "toolfleet_client_unknown_functions_total" and sample.value
+    ]
+    if asked:
+        console.print()
+        console.print(unknown_table(asked))
 
 
 def _delete_namespace(url: str, namespace: str) -> None:

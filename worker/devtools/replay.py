@@ -72,6 +72,8 @@ class ReplayReport:
         calls: calls made.
         correct: calls whose status and content matched.
         bit_exact: correct ``ok`` calls whose content matched exactly.
+        compared: correct ``ok`` calls with an expected content (those ``bit_exact``
+            counts among).
         statuses: count of each returned status.
         mismatches: ``(case, result, why)`` for every mismatch.
         latencies_s: round-trip seconds of every call, submit to result (all calls are
@@ -84,6 +86,7 @@ class ReplayReport:
     calls: int = 0
     correct: int = 0
     bit_exact: int = 0
+    compared: int = 0
     statuses: Counter[str] = field(default_factory=Counter)
     mismatches: list[tuple[Expected, ToolCallResult, str]] = field(default_factory=list)
     latencies_s: list[float] = field(default_factory=list)
@@ -214,8 +217,9 @@ def replay(
             report.mismatches.append((case, result, why))
             continue
         report.correct += 1
-        if case.has_content and result.ok and bit_exact(result.content, case.content):
-            report.bit_exact += 1
+        if case.has_content and result.ok:
+            report.compared += 1
+            report.bit_exact += bit_exact(result.content, case.content)
     return report
 
 
