@@ -313,4 +313,4 @@ def test_tools_display_is_text_per_tool_with_the_types_of_optional_parameters(
     assert "  Book a room for a customer and return the booking." in book
     assert "    timezone (string, optional): IANA time zone" in blocks["ext_date_calculator_now"]
     assert "shown as:" not in out.stdout  # the bundled tools have no display text of their own
-    assert "null" not in out.stdout
+    assert "(null," not in out.stdout and "(None," not in out.stdout
