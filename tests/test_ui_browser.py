@@ -46,7 +46,9 @@ def _chromium() -> str:
 def live_fleet(
     redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Fleet]:
-    yield from ui_test_fleet(redis_url, namespace, tmp_path_factory, "uib")
+    # the session tools add a slot queue per worker process, as the python tool does
+    extra = ["--extension", "session_tools:extension"]
+    yield from ui_test_fleet(redis_url, namespace, tmp_path_factory, "uib", extra)
 
 
 @pytest.fixture(scope="module")
@@ -250,4 +252,24 @@ def test_every_page_fits_the_width_and_is_photographed(
         overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
         assert overflow <= 0, f"{name} at {width} px is {overflow} px too wide"
         page.screenshot(path=str(SCREENSHOTS / f"{name}-{width}.png"), full_page=True)
+    page.context.close()
+
+
+def test_at_1280_px_no_table_scrolls_sideways(browser: Any, ui: list[UiProcess]) -> None:
+    """At 1280 px every table of every page fits its box (no sideways scrolling inside it):
+    the workers table sums a process's slot queues up as ``(+N slot)`` after their queue."""
+    page = _page(browser, ui[0], "operator")
+    page.goto(ui[0].url + "/workers")
+    queues = page.locator("table.workers tbody tr td").nth(6)
+    expect = playwright_api.expect
+    expect(queues).to_contain_text("tools.session-test (+1 slot)")
+    assert ".slot." not in queues.inner_text()
+    for name in ("overview", "workers", "tenants", "failures", "switches"):
+        page.goto(ui[0].url + ("/" if name == "overview" else f"/{name}"))
+        page.wait_for_selector("#live")
+        wider = page.evaluate(
+            "[...document.querySelectorAll('.scroll')]"
+            ".map(box => box.scrollWidth - box.clientWidth).filter(extra => extra > 0)"
+        )
+        assert wider == [], f"{name}: a table is wider than its box by {wider} px at 1280 px"
     page.context.close()
