@@ -41,3 +41,10 @@ def test_a_workers_slot_queues_are_counted_after_their_queue() -> None:
     summary = FILTERS["queue_summary"](queues)
     assert summary == ["tools.bfcl", "tools.python (+2 slots)", "tools.session (+1 slot)"]
     assert FILTERS["queue_summary"]([]) == []
+
+
+def test_names_may_wrap_after_each_underscore_and_stay_escaped() -> None:
+    """Function and status names get a line-break opportunity after each ``_``; text is
+    escaped."""
+    assert str(FILTERS["breakable"]("ext_a_b")) == "ext_<wbr>a_<wbr>b"
+    assert str(FILTERS["breakable"]("x<y>_z")) == "x&lt;y&gt;_<wbr>z"

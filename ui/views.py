@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from toolfleet.shared import codec
 from toolfleet.shared.naming import SLOT_INFIX, extension_switch, outcome_key
@@ -224,6 +224,14 @@ def queue_summary(queues: Sequence[str]) -> list[str]:
     ]
 
 
+def breakable(text: str) -> Markup:
+    """``text``, escaped, with a line-break opportunity (``<wbr>``) after each ``_``.
+
+    A function or status name then wraps inside a narrow column instead of widening it.
+    """
+    return Markup("_<wbr>").join(escape(part) for part in text.split("_"))
+
+
 def _clock(value: float) -> str:
     return time.strftime("%H:%M:%S UTC", time.gmtime(value))
 
@@ -239,6 +247,7 @@ def _age(value: float | None) -> str:
 FILTERS: dict[str, Callable[..., Any]] = {
     "seconds": _seconds,
     "queue_summary": queue_summary,
+    "breakable": breakable,
     "age": _age,
     "clock": _clock,
     "sparkline": sparkline,
