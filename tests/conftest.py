@@ -55,12 +55,14 @@ BFCL_SOURCE = (
 
 
 def bfcl_missing(what: str) -> str:
-    """The skip message of a test that needs BFCL data: what is missing and how to name it."""
-    where = "TOOLFLEET_BFCL_DIR is not set" if BFCL_DATA is None else f"not in {BFCL_DATA}"
-    return (
-        f"BFCL data: {what} ({where}); set TOOLFLEET_BFCL_DIR to a folder holding the BFCL "
-        f"files (public ones: {BFCL_SOURCE})"
-    )
+    """The skip message of a test that needs BFCL data: what is missing and how to name it.
+
+    Unset, the message is the same for every such test (it names no file), so pytest's
+    summary folds them into one line with their count; a folder that lacks a file names
+    the file, one line per file."""
+    if BFCL_DATA is None:
+        return f"BFCL data: TOOLFLEET_BFCL_DIR is not set (public files: {BFCL_SOURCE})"
+    return f"BFCL data: {what} not in {BFCL_DATA} (TOOLFLEET_BFCL_DIR; public files: {BFCL_SOURCE})"
 
 
 def bfcl_unavailable(what: str) -> NoReturn:

@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import time
+import tomllib
 import uuid
 from pathlib import Path
 
@@ -51,6 +52,15 @@ def _redis_server_pids() -> set[int]:
     name = Path(redis_server_binary()).name
     out = subprocess.run(["pgrep", name], capture_output=True, text=True, check=False)
     return {int(p) for p in out.stdout.split()}
+
+
+def test_version_prints_the_projects_version() -> None:
+    """``toolfleet --version`` prints ``toolfleet <version>`` (pyproject.toml's) and exits 0,
+    with no Redis."""
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    done = _run(["--version"], TOOLFLEET_REDIS_URL="redis://127.0.0.1:1/0", timeout=60)
+    assert (done.returncode, done.stderr) == (0, ""), done.stdout + done.stderr
+    assert done.stdout == f"toolfleet {project['project']['version']}\n"
 
 
 def test_call_exits_zero_only_for_ok(fleet: Fleet) -> None:

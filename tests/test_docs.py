@@ -3,6 +3,7 @@ README fits on a screen and starts with what CI runs, and ``mkdocs build --stric
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -181,3 +182,34 @@ def test_docs_build_fails_on_a_broken_link(tmp_path: Path) -> None:
     assert len(warnings) == 2, warnings
     assert "no-such-page.md" in warnings[0] + warnings[1]
     assert "#no-such-part" in warnings[0] + warnings[1]
+
+
+def test_the_documented_build_leaves_the_work_tree_clean(tmp_path: Path) -> None:
+    """``mkdocs build --strict`` as docs/about-docs.md runs it (no ``-d``), in a git work tree
+    holding the site's sources: the site lands in ``build/site`` and ``git status`` stays
+    clean (a site written next to the sources would be an untracked folder)."""
+    tree = tmp_path / "repo"
+    tree.mkdir()
+    for name in ("mkdocs.yml", ".gitignore", "README.md"):
+        shutil.copy(ROOT / name, tree)
+    for folder in ("docs", "shared", "producer", "worker", "extensions", "testing", "deploy"):
+        shutil.copytree(ROOT / folder, tree / folder, ignore=shutil.ignore_patterns("__pycache__"))
+
+    def git(*argv: str) -> str:
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *argv],
+            cwd=tree, capture_output=True, text=True, check=True, timeout=60,
+        ).stdout  # fmt: skip
+
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-q", "-m", "docs")
+    done = subprocess.run(
+        [str(MKDOCS), "build", "--strict"],
+        cwd=tree, capture_output=True, text=True, timeout=300, check=False,
+        env={"NO_MKDOCS_2_WARNING": "1", "PATH": os.pathsep.join([str(MKDOCS.parent),
+             os.environ.get("PATH", "")]), "HOME": str(tmp_path)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert git("status", "--porcelain", "--untracked-files=all") == ""
+    assert (tree / "build" / "site" / "index.html").is_file()

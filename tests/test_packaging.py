@@ -265,3 +265,119 @@ def test_readme_starts_with_two_commands_demo_then_tests() -> None:
     assert "pip install -e '.[demo]'" in install and "toolfleet demo" in install
     assert "[dev]" not in install
     assert "pip install -e '.[dev]'" in tests and "bash .ci/check" in tests
+
+
+#: A user's module: the shared models, an extension's tool and a run_tool test, annotated.
+USER_CODE = '''\
+from pydantic import BaseModel
+
+from toolfleet.shared import Extension, ExtensionContext, Status, Tool, ToolCallResult
+from toolfleet.testing import FleetFactory, RunningFleet, run_tool
+
+
+class EchoArguments(BaseModel):
+    text: str
+
+
+class Echo(Tool):
+    """Echo the text."""
+
+    name = "echo"
+    arguments_model = EchoArguments
+
+    def call(self, arguments: EchoArguments, context: ExtensionContext) -> str:
+        return arguments.text
+
+
+extension = Extension(slug="echo", version="1.0.0", tools=[Echo])
+
+
+def test_echo() -> None:
+    result: ToolCallResult = run_tool("app:extension", "ext_echo_echo", {"text": "hi"})
+    assert result.status is Status.OK
+
+
+def test_fleet(toolfleet_fleet: FleetFactory) -> None:
+    fleet: RunningFleet = toolfleet_fleet("app:extension")
+    assert fleet.client.call("ext_echo_echo", {"text": "hi"}).content == "hi"
+'''
+#: The same calls used wrongly: mypy reports these only when it reads toolfleet's types.
+USER_MISTAKE = """\
+from toolfleet.shared import Status
+from toolfleet.testing import run_tool
+
+text: str = run_tool("app:extension", "ext_echo_echo", {"text": "hi"})
+state: Status = "ok"
+"""
+
+
+@pytest.fixture(scope="module")
+def editable_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv holding ``pip install -e`` of a copy of the work tree, as the README
+    installs it; the dependencies come from this venv (a path entry), so no network."""
+    tmp_path = tmp_path_factory.mktemp("editable")
+    clone = tmp_path / "clone"
+    shutil.copytree(
+        ROOT,
+        clone,
+        ignore=shutil.ignore_patterns(
+            ".venv", ".git", "build", "dist", "*.egg-info", "__pycache__", ".*_cache"
+        ),
+    )
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    here = next(p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir())
+    Path(purelib, "dependencies.pth").write_text(here + "\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
+         "--no-build-isolation", "--no-index", "-q", "-e", str(clone)],
+        capture_output=True, text=True, check=False, timeout=300,
+        env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    return venv
+
+
+def test_editable_install_imports_every_part(editable_venv: Path) -> None:
+    """``pip install -e .`` imports each part under ``toolfleet.*`` from outside the clone."""
+    code = (
+        "import toolfleet.shared, toolfleet.producer, toolfleet.worker.cli.entry\n"
+        "import toolfleet.extensions.bfcl, toolfleet.testing, toolfleet.ui\n"
+        "print(toolfleet.shared.Status.OK.value)\n"
+    )
+    out = run_in(editable_venv, "python", "-c", code)
+    assert (out.returncode, out.stdout.strip()) == (0, "ok"), out.stdout + out.stderr
+
+
+def test_a_project_using_the_editable_install_passes_mypy_strict(
+    editable_venv: Path, tmp_path: Path
+) -> None:
+    """A user's project beside an editable install passes ``mypy --strict`` (mypy finds
+    ``toolfleet.shared`` and ``toolfleet.testing``), and mypy reads their types: a misuse of
+    them is an error."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "app.py").write_text(USER_CODE)
+    (project / "mistake.py").write_text(USER_MISTAKE)
+
+    def mypy(name: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(editable_venv / "bin" / "python"), "-m", "mypy", "--strict", "--no-incremental",
+             "--cache-dir", str(tmp_path / "cache"), name],
+            capture_output=True, text=True, check=False, cwd=project, timeout=300,
+            env={k: v for k, v in os.environ.items() if k not in ("MYPYPATH", "PYTHONPATH")},
+        )  # fmt: skip
+
+    good = mypy("app.py")
+    assert good.returncode == 0, good.stdout + good.stderr
+    wrong = mypy("mistake.py")
+    assert wrong.returncode == 1, wrong.stdout + wrong.stderr
+    errors = [line for line in wrong.stdout.splitlines() if ": error:" in line]
+    assert len(errors) == 2, wrong.stdout
+    assert '"ToolCallResult", variable has type "str"' in errors[0], wrong.stdout
+    assert '"str", variable has type "Status"' in errors[1], wrong.stdout

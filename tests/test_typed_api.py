@@ -20,9 +20,9 @@ PARTS = ("shared", "producer", "worker", "extensions", "testing")
 
 def _mypy(tmp_path: Path, *files: Path) -> subprocess.CompletedProcess[str]:
     """mypy --strict on ``files`` with the project's mypy settings, the toolfleet.* layout
-    given as symlinks (mypy cannot follow setuptools' editable finder; .ci/check does the
-    same, and the settings skip toolfleet's untyped dependencies, which an installed
-    toolfleet's users never see reported)."""
+    of the work tree given as symlinks, as .ci/check does (the settings skip toolfleet's
+    untyped dependencies, which an installed toolfleet's users never see reported; a user's
+    project beside an editable install: tests/test_packaging.py)."""
     layout = tmp_path / "layout" / "toolfleet"
     layout.mkdir(parents=True)
     for part in PARTS:

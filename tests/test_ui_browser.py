@@ -20,6 +20,8 @@ from ui_support import TOKENS, UiProcess, csrf_of, start_ui, ui_test_fleet, writ
 from conftest import TEST_QUEUE, TESTS, Fleet, unavailable
 from toolfleet.producer import ToolClient
 from toolfleet.producer.publish import encode_message
+from toolfleet.shared.aggregates import Accumulator
+from toolfleet.shared.aggregates import write as write_aggregates
 from toolfleet.shared.naming import dead_letters_key, reply_key
 from toolfleet.shared.wire import ToolCallRequest, new_call_id
 
@@ -46,7 +48,9 @@ def _chromium() -> str:
 def live_fleet(
     redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Fleet]:
-    yield from ui_test_fleet(redis_url, namespace, tmp_path_factory, "uib")
+    # the session tools add a slot queue per worker process, as the python tool does
+    extra = ["--extension", "session_tools:extension"]
+    yield from ui_test_fleet(redis_url, namespace, tmp_path_factory, "uib", extra)
 
 
 @pytest.fixture(scope="module")
@@ -250,4 +254,45 @@ def test_every_page_fits_the_width_and_is_photographed(
         overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
         assert overflow <= 0, f"{name} at {width} px is {overflow} px too wide"
         page.screenshot(path=str(SCREENSHOTS / f"{name}-{width}.png"), full_page=True)
+    page.context.close()
+
+
+#: A function name of the longest allowed length (64 characters).
+LONGEST = "ext_a_long_extension_slug_with_a_long_tool_name_as_long_as_allow"
+#: Every status a worker answers with (the ops page shows a column for each one seen).
+WORKER_STATUSES = ("ok", "tool_error", "invalid_arguments", "timeout", "canceled", "expired",
+                   "crashed", "rejected")  # fmt: skip
+
+
+def test_at_1280_px_no_table_scrolls_sideways(
+    browser: Any, ui: list[UiProcess], live_fleet: Fleet
+) -> None:
+    """At 1280 px every table of every page fits its box (no sideways scrolling inside it),
+    also with a 64-character function name and a column for every status a worker
+    answers; the workers table sums a process's slot queues up as ``(+N slot)`` after
+    their queue."""
+    counts = Accumulator()  # a worker's counts, written as its heartbeat writes them
+    for status in WORKER_STATUSES:
+        counts.record(LONGEST, "unknown", status, queued_s=0.2, run_s=0.0004)
+    client = redis.Redis.from_url(live_fleet.redis_url)
+    pipe = client.pipeline()
+    write_aggregates(pipe, live_fleet.namespace, counts.drain(), 3600)
+    pipe.execute()
+    client.close()
+    page = _page(browser, ui[0], "operator")
+    expect = playwright_api.expect
+    expect(page.locator(f'tr[data-tool="{LONGEST}"] td[data-status="rejected"]')).to_have_text("1")
+    page.goto(ui[0].url + "/workers")
+    queues = page.locator("table.workers tbody tr td").nth(6)
+    expect(queues).to_contain_text("tools.session-test (+1 slot)")
+    assert ".slot." not in queues.inner_text()
+    for name in ("overview", "workers", "tenants", "failures", "switches"):
+        page.goto(ui[0].url + ("/" if name == "overview" else f"/{name}"))
+        page.wait_for_selector("#live")
+        wider = page.evaluate(
+            "[...document.querySelectorAll('.scroll')]"
+            ".map(box => box.scrollWidth - box.clientWidth).filter(extra => extra > 0)"
+        )
+        assert wider == [], f"{name}: a table is wider than its box by {wider} px at 1280 px"
+        page.screenshot(path=str(SCREENSHOTS / f"{name}-1280-all-statuses.png"), full_page=True)
     page.context.close()

@@ -92,13 +92,18 @@ def csrf_of(html: str) -> str:
 
 
 def ui_test_fleet(
-    redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory, tag: str
+    redis_url: str,
+    namespace: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    tag: str,
+    extra: list[str] | None = None,
 ) -> Iterator[Fleet]:
     """Body of a module fixture: one worker process of four threads in its own namespace
-    ``<namespace>-<tag>-<hex>``, stopped and its keys deleted after the module."""
+    ``<namespace>-<tag>-<hex>``, stopped and its keys deleted after the module; ``extra``:
+    more ``toolfleet worker`` arguments (e.g. ``--extension``)."""
     ns = f"{namespace}-{tag}-{uuid.uuid4().hex[:6]}"
     running = start_fleet(redis_url, ns, tmp_path_factory.mktemp(f"{tag}fleet") / "worker.log",
-                          processes=1, threads=4)  # fmt: skip
+                          processes=1, threads=4, extra=extra)  # fmt: skip
     yield running
     running.stop()
     delete_namespace(redis_url, ns)

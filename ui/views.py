@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from toolfleet.shared import codec
-from toolfleet.shared.naming import extension_switch, outcome_key
+from toolfleet.shared.naming import SLOT_INFIX, extension_switch, outcome_key
 from toolfleet.ui.activity import WINDOW_MINUTES
 from toolfleet.ui.snapshot import Failure, Snapshot
 
@@ -195,11 +195,41 @@ def sparkline(values: tuple[int, ...], width: int = 120, height: int = 24) -> Ma
 
 
 def _seconds(value: float | None) -> str:
+    """``value`` seconds in µs below a millisecond, ms below a second, else s (one decimal)."""
     if value is None:
         return "–"
-    if value < 1:
-        return f"{value * 1000:.0f} ms"
+    micros = round(value * 1_000_000)
+    if micros < 1000:
+        return f"{micros} µs"
+    millis = round(value * 1000)
+    if millis < 1000:
+        return f"{millis} ms"
     return f"{value:.1f} s"
+
+
+def queue_summary(queues: Sequence[str]) -> list[str]:
+    """A worker's queues, short: each slot queue counted after its queue instead of named.
+
+    Slot queues serve session affinity (``<queue>.slot.<slot>``, see
+    :func:`toolfleet.shared.naming.affinity_queue_for`); the queues keep their order.
+
+    ``["tools.a", "tools.py", "tools.py.slot.h-1-0"]`` → ``["tools.a", "tools.py (+1 slot)"]``.
+    """
+    slots: dict[str, int] = {}
+    for queue in queues:
+        base, infix, _ = queue.partition(SLOT_INFIX)
+        slots[base] = slots.get(base, 0) + (1 if infix else 0)
+    return [
+        f"{base} (+{n} slot{'' if n == 1 else 's'})" if n else base for base, n in slots.items()
+    ]
+
+
+def breakable(text: str) -> Markup:
+    """``text``, escaped, with a line-break opportunity (``<wbr>``) after each ``_``.
+
+    A function or status name then wraps inside a narrow column instead of widening it.
+    """
+    return Markup("_<wbr>").join(escape(part) for part in text.split("_"))
 
 
 def _clock(value: float) -> str:
@@ -216,6 +246,8 @@ def _age(value: float | None) -> str:
 
 FILTERS: dict[str, Callable[..., Any]] = {
     "seconds": _seconds,
+    "queue_summary": queue_summary,
+    "breakable": breakable,
     "age": _age,
     "clock": _clock,
     "sparkline": sparkline,

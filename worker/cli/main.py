@@ -71,6 +71,10 @@ REDIS_MAY_BE_GONE = frozenset({Status.NOT_AVAILABLE, Status.TIMEOUT})
 
 
 @click.group(cls=ToolfleetGroup, context_settings={"help_option_names": ["-h", "--help"]})
+# the installed distribution's version (importlib.metadata), e.g. "toolfleet 0.1.0"
+@click.version_option(
+    package_name="toolfleet", prog_name="toolfleet", message="%(prog)s %(version)s"
+)
 @click.pass_context
 def cli(ctx: click.Context) -> None:
     """toolfleet: run the tools LLMs call on a fleet of workers behind Redis."""
