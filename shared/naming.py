@@ -72,6 +72,7 @@ __all__ = [
     "catalog_recovering_key",
     "catalog_workers_key",
     "claim_key",
+    "crashes_key",
     "concurrency_key",
     "dead_letters_key",
     "default_queue_for",
@@ -409,6 +410,11 @@ def claim_key(namespace: str, call_id: str) -> str:
 def outcome_key(namespace: str, call_id: str) -> str:
     """The terminal result of call ``call_id`` (re-posted to a redelivered message)."""
     return f"{namespace}:outcome:{call_id}"
+
+
+def crashes_key(namespace: str, call_id: str) -> str:
+    """How many times call ``call_id``'s worker process died running it (until its deadline)."""
+    return f"{namespace}:crashes:{call_id}"
 
 
 def cancel_key(namespace: str, call_id: str) -> str:

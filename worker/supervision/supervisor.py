@@ -25,7 +25,7 @@ import redis
 from toolfleet.shared.connect import is_cluster
 from toolfleet.shared.naming import group_namespace
 from toolfleet.shared.settings import Settings
-from toolfleet.worker.messaging.recovery import recover_dead_worker
+from toolfleet.worker.messaging.recovery import CrashRule, recover_dead_worker
 from toolfleet.worker.supervision.exposition import (
     LIVE_PATH,
     READY_PATH,
@@ -220,7 +220,7 @@ class Supervisor:
                 pid = slot.process.pid if slot.process else -1
                 log.warning("worker process %d (pid %d) exited with %s; restarting",
                             slot.index, pid, code)  # fmt: skip
-                self._recover(pid)
+                self._recover(pid, restarting=not self._stop.is_set())
                 mark_dead(pid, self.metrics_dir)
                 remove_heartbeat(Settings.from_env().health_dir, pid)
                 self._restart(slot)
@@ -243,10 +243,19 @@ class Supervisor:
         settings = self.options.settings
         return group_namespace(settings.namespace, settings.queue_group, cluster=is_cluster(client))
 
-    def _recover(self, pid: int) -> None:
+    def _recover(self, pid: int, *, restarting: bool = False) -> None:
+        """Hand back dead process ``pid``'s messages (and its calls' crash rule).
+
+        ``restarting``: the process is about to be replaced, so a stand-in keeps its
+        queues live meanwhile (see :func:`recover_dead_worker`).
+        """
         client = redis_client(self.options.redis_url, factory=self.options.settings.redis_client)
+        host = socket.gethostname()
+        stand_in = f"{host}:{os.getpid()}:restarting" if restarting else None
         try:
-            recover_dead_worker(client, self._namespace(client), f"{socket.gethostname()}:{pid}")
+            rule = CrashRule.from_settings(self.options.settings)
+            namespace = self._namespace(client)
+            recover_dead_worker(client, namespace, f"{host}:{pid}", rule, stand_in=stand_in)
         except redis.RedisError as exc:
             log.error("could not requeue the messages of pid %d: %s", pid, exc)
         finally:
