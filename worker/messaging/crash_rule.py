@@ -60,7 +60,8 @@ _REQUEUE = scripts.script("requeue_at_head", REQUESTED=REQUESTED.decode())
 
 def crash_message(runs: int) -> str:
     """What the model reads of a call answered ``crashed``: ``runs`` runs ended their process."""
-    return f"the tool's process died {runs} times running this call; it is not run again"
+    times = "once" if runs == 1 else f"{runs} times"
+    return f"the tool's process died {times} running this call; it is not run again"
 
 
 @dataclass(frozen=True)
