@@ -20,8 +20,14 @@ import redis
 from conftest import Fleet, start_fleet
 from toolfleet.producer import ToolClient
 from toolfleet.shared import Status
-from toolfleet.shared.affinity import decode_route
-from toolfleet.shared.naming import route_key
+from toolfleet.shared.affinity import Route, decode_route, encode_route
+from toolfleet.shared.naming import (
+    affinity_queue_for,
+    route_key,
+    slot_name,
+    slots_key,
+    workers_key,
+)
 
 QUEUE = "tools.affinity-test"
 REMEMBER = "ext_affinity_test_remember"
@@ -70,3 +76,30 @@ def test_a_route_to_a_killed_supervisors_slot_falls_back_at_once(
         if second_fleet is not None:
             second_fleet.stop()
         first_fleet.stop()
+
+
+def test_calls_routed_to_a_slot_of_another_host_are_handed_back_once_it_stops_beating(
+    redis_url: str, namespace: str, tmp_path: Path, r: redis.Redis
+) -> None:
+    """A slot of another host (a pod gone outright) beat last just now: the call routed
+    there is handed back as soon as the slot's beat is older than ``worker_ttl_s``, the
+    age at which producers stop routing there, and answered within its deadline."""
+    ns = f"{namespace}-slot-{uuid.uuid4().hex[:6]}"
+    conversation = f"conv-{uuid.uuid4().hex[:8]}"
+    context = {"account": "acme", "conversation": conversation}
+    env = {"TOOLFLEET_WORKER_TTL_S": "4"}
+    fleet = start_fleet(redis_url, ns, tmp_path / "worker.log", processes=1, threads=2,
+                        extra=["--extension", "affinity_tools:extension"], ready_queue=QUEUE,
+                        env=env)  # fmt: skip
+    gone = affinity_queue_for(QUEUE, slot_name("elsewhere", 1, 0))
+    try:
+        r.hset(slots_key(ns), gone, QUEUE)
+        r.zadd(workers_key(ns, gone), {"elsewhere:1": time.time()})  # its last beat
+        r.set(route_key(ns, "acme", conversation, REMEMBER),
+              encode_route(Route(gone, "elsewhere:1")), ex=60)  # fmt: skip
+        with ToolClient(redis_url, namespace=ns) as client:
+            after = client.call(REMEMBER, {"value": 1}, context=context, timeout_s=10)
+        assert after.status is Status.OK, after
+        assert "elsewhere:1" in str(after.content["session_lost"]), after.content
+    finally:
+        fleet.stop()

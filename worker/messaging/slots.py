@@ -8,7 +8,8 @@ stranded by one process dying. When the whole slot is gone (its supervisor or po
 away) calls routed there in the moments before the producers noticed would wait for a
 consumer that never comes; :class:`SlotJanitor`, run by every worker's maintenance,
 moves them back to the tool's own queue once the slot's heartbeats are older than
-``stale_s``, so another worker answers them (with a fresh interpreter, which says so).
+``stale_s`` (``worker_ttl_s``: the age at which producers stop routing there), so another
+worker answers them (with a fresh interpreter, which says so).
 
 A slot of this host whose supervisor is no longer running (killed outright, its processes
 with it; the host's next supervisor runs here) is gone at once, without waiting for its

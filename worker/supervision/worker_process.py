@@ -206,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     record_broker_queues(started, namespace, broker.broker_id, queues | set(routes))
     started.execute()
     janitor = (
-        SlotJanitor(broker.client, namespace, affinity_routes, settings.worker_ttl_s * 3)
+        # gone at the age at which producers stop routing there (its calls wait no longer)
+        SlotJanitor(broker.client, namespace, affinity_routes, settings.worker_ttl_s)
         if routes
         else None
     )
