@@ -251,7 +251,7 @@ class Supervisor:
         """
         client = redis_client(self.options.redis_url, factory=self.options.settings.redis_client)
         host = socket.gethostname()
-        stand_in = f"{host}:{os.getpid()}:restarting" if restarting else None
+        stand_in = f"{host}:restarting-{os.getpid()}" if restarting else None
         try:
             rule = CrashRule.from_settings(self.options.settings)
             namespace = self._namespace(client)
