@@ -47,6 +47,7 @@ from toolfleet.shared.naming import (
 )
 from toolfleet.shared.pipelines import pipeline
 from toolfleet.shared.settings import Settings
+from toolfleet.shared.text import as_text
 from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallRequest, ToolCallResult
 from toolfleet.worker.supervision.crash_count import count_crash_loop
 
@@ -124,7 +125,7 @@ def _fetched_calls(
         for redis_id, body in zip(ids, next(bodies) if ids else [], strict=True):
             request = _request_of(body)
             if request is not None:
-                calls.append(_Call(redis_id.decode(), request))
+                calls.append(_Call(as_text(redis_id), request))
         found.append(calls)
     return found
 
