@@ -72,6 +72,7 @@ __all__ = [
     "catalog_recovering_key",
     "catalog_workers_key",
     "claim_key",
+    "crashes_key",
     "concurrency_key",
     "dead_letters_key",
     "default_queue_for",
@@ -106,6 +107,9 @@ __all__ = [
     "sanitize_slug",
     "SLOT_INFIX",
     "slot_lock_key",
+    "slot_host",
+    "slot_name",
+    "slot_supervisor",
     "slots_key",
     "settings_copied_key",
     "switches_key",
@@ -261,6 +265,38 @@ def affinity_queue_for(queue: str, slot: str) -> str:
     return f"{queue}{SLOT_INFIX}{_NOT_QUEUE.sub('_', slot)}"
 
 
+def slot_name(host: str, supervisor_pid: int, index: int) -> str:
+    """A worker slot: ``<host>-<supervisor pid>-<index>`` (see :func:`affinity_queue_for`)."""
+    return f"{host}-{supervisor_pid}-{index}"
+
+
+def slot_supervisor(slot_queue: str, queue: str) -> tuple[str, int] | None:
+    """The host (as its slot queue spells it) and supervisor pid of ``queue``'s slot queue.
+
+    Args:
+        slot_queue: a name :func:`affinity_queue_for` made for ``queue``.
+        queue: the queue it stands in for.
+
+    Returns:
+        ``(host, pid)``, with the host's characters outside queue names replaced as
+        :func:`affinity_queue_for` does (compare with :func:`slot_host`), or ``None``
+        for a name of another shape.
+    """
+    prefix = f"{queue}{SLOT_INFIX}"
+    if not slot_queue.startswith(prefix):
+        return None
+    host, _, rest = slot_queue[len(prefix) :].rpartition("-")
+    host, _, pid = host.rpartition("-")
+    if not host or not pid.isdigit() or not rest.isdigit():
+        return None
+    return host, int(pid)
+
+
+def slot_host(host: str) -> str:
+    """``host`` as slot queue names spell it (:func:`slot_supervisor`)."""
+    return _NOT_QUEUE.sub("_", host)
+
+
 def actor_name_for(queue: str) -> str:
     """The Dramatiq actor that serves ``queue`` (one generic actor per queue).
 
@@ -409,6 +445,11 @@ def claim_key(namespace: str, call_id: str) -> str:
 def outcome_key(namespace: str, call_id: str) -> str:
     """The terminal result of call ``call_id`` (re-posted to a redelivered message)."""
     return f"{namespace}:outcome:{call_id}"
+
+
+def crashes_key(namespace: str, call_id: str) -> str:
+    """How many times call ``call_id``'s worker process died running it (until its deadline)."""
+    return f"{namespace}:crashes:{call_id}"
 
 
 def cancel_key(namespace: str, call_id: str) -> str:

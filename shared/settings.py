@@ -73,6 +73,10 @@ class Settings(BaseSettings):
             claim's master has a replica, else 0; 0 turns the wait off (docs/cluster.md).
         claim_replicas_timeout_ms: longest that wait, milliseconds; past it the call runs
             anyway, counted in ``toolfleet_claims_unreplicated_total`` and logged.
+        crash_reruns: times a call whose run ended its worker process (killed, out of
+            memory, a segfault) is run again, at most, before it is answered ``crashed``
+            and dead-lettered: also for an idempotent tool (a non-idempotent one is never
+            re-run). Counted per call id in Redis until the call's deadline.
         affinity_ttl_s: seconds a conversation's route to the worker process holding its
             session (session affinity) is kept after its last call
             (:mod:`toolfleet.shared.affinity`); longer than a session lives idle.
@@ -114,6 +118,7 @@ class Settings(BaseSettings):
     affinity_ttl_s: int = Field(default=3600, ge=1)
     claim_replicas: int | None = Field(default=None, ge=0)
     claim_replicas_timeout_ms: int = Field(default=100, ge=1, le=60_000)
+    crash_reruns: int = Field(default=2, ge=0, le=100)
 
     def extension_folders(self) -> list[Path]:
         """``extension_paths`` split on ``os.pathsep`` (``:`` on Linux), empty parts dropped."""

@@ -249,6 +249,9 @@ class WaitingConsumer(_RedisConsumer):
     def _wait_client(self) -> redis.Redis:
         """The client the wait blocks on: one connection of its own, on a single server."""
         if self._waiter is not None:
+            # (re)connect as the pool does: redis-py reconnects a dropped single connection
+            # to its last address, whereas a Sentinel pool's connection asks Sentinel here
+            self._waiter.connection.connect()  # type: ignore[union-attr]
             return self._waiter
         client = self.broker.client
         if is_cluster(client):

@@ -14,7 +14,9 @@ with the same semantics and Dramatiq's key layout, every key declared:
 1. the dead brokers are read client-side (``ZRANGEBYSCORE`` of
    :func:`~toolfleet.shared.naming.broker_heartbeats_key` up to now minus the timeout);
 2. each dead broker's acks set of every queue it consumed goes back to that queue, at its
-   head (:func:`~toolfleet.worker.messaging.recovery.requeue_acks`, the step that also
+   head, the calls its process had claimed under the crash rule
+   (:mod:`~toolfleet.worker.messaging.crash_rule`;
+   :func:`~toolfleet.worker.messaging.recovery.requeue_acks`, the step that also
    recovers a process the supervisor saw die: the messages were fetched before everything
    still queued). Which queues a
    broker consumed is recorded when it starts (:func:`record_broker_queues`, the hash
@@ -56,11 +58,12 @@ from toolfleet.shared.naming import (
     acks_key,
     broker_heartbeats_key,
     broker_queues_key,
+    brokers_key,
     dead_letters_key,
     queue_msgs_key,
 )
 from toolfleet.shared.text import as_text
-from toolfleet.worker.messaging.recovery import recorded_queues, requeue_acks
+from toolfleet.worker.messaging.recovery import CrashRule, recorded_queues, requeue_acks
 
 __all__ = [
     "DEAD_LETTER_BATCH",
@@ -139,6 +142,16 @@ def record_broker_queues(
     client.hset(broker_queues_key(namespace), broker_id, value)
 
 
+def _worker_ids(client: redis.Redis, namespace: str) -> dict[str, str]:
+    """Broker id -> worker id (``host:pid``), from :func:`~toolfleet.shared.naming.brokers_key`.
+
+    The crash rule needs the worker id of a dead broker (its calls' claim tokens start
+    with it); read once per pass that found dead brokers.
+    """
+    pairs = client.hgetall(brokers_key(namespace))
+    return {as_text(broker): as_text(worker) for worker, broker in pairs.items()}
+
+
 def run_maintenance(
     broker: RedisBroker, queues: Iterable[str], *, now_ms: int | None = None
 ) -> MaintenanceResult:
@@ -175,9 +188,13 @@ def run_maintenance(
     dead = [b for b in dead if b != broker.broker_id]
     requeued = forgotten = 0
     records = client.hmget(records_key, dead) if dead else []
+    workers = _worker_ids(client, ns) if dead else {}
+    rule = CrashRule.from_settings() if dead else None
     for dead_id, raw in zip(dead, records, strict=True):
         recorded = recorded_queues(raw)
-        moved = requeue_acks(client, ns, dead_id, served if recorded is None else recorded)
+        queues_of = served if recorded is None else recorded
+        moved = requeue_acks(client, ns, dead_id, queues_of, worker_id=workers.get(dead_id),
+                             rule=rule)  # fmt: skip
         requeued += moved
         if moved:
             log.warning("requeued %d messages of dead broker %s", moved, dead_id)

@@ -16,6 +16,11 @@ leaves the dead broker's acknowledgement set and returns only if its message sti
 The same step (:func:`requeue_acks`) serves the periodic maintenance
 (:mod:`.maintenance`), which finds brokers dead by their heartbeat instead.
 
+The calls the dead process had claimed (were running) get the crash rule in the same
+script (:mod:`.crash_rule`): counted per call id, and one whose runs ended their process
+more than ``crash_reruns + 1`` times is answered ``crashed`` and dead-lettered there
+instead of given back.
+
 The dead process's calls also give back their concurrency slots in that step
 (:func:`forget_calls`): its in-flight records name each call (the slot's holder) and its
 tool (the slot set), so the slots are free before its messages are requeued, and calls
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterable
 
 import redis
@@ -34,41 +40,52 @@ from pydantic import ValidationError
 
 from toolfleet.shared import scripts
 from toolfleet.shared.naming import (
+    SLOT_INFIX,
     acks_key,
     broker_heartbeats_key,
     broker_queues_key,
     brokers_key,
     concurrency_key,
     inflight_key,
-    queue_key,
-    queue_msgs_key,
     workers_key,
 )
+from toolfleet.shared.pipelines import pipeline
 from toolfleet.shared.text import as_text
+from toolfleet.worker.messaging.crash_rule import CrashRule, requeue_with_crash_rule
 from toolfleet.worker.pipeline.ledger import InFlight
 
-__all__ = ["forget_calls", "recorded_queues", "recover_dead_worker", "requeue_acks"]
+__all__ = ["CrashRule", "forget_calls", "recorded_queues", "recover_dead_worker", "requeue_acks"]
 
 log = logging.getLogger("toolfleet.worker.recovery")
 
 #: ``forget_calls.lua`` (what it takes and returns is written at its head).
 _FORGET_CALLS = scripts.source("forget_calls")
-#: ``requeue_at_head.lua`` run by :func:`requeue_acks`, on the client given at each call.
-_REQUEUE_ACKS = scripts.script("requeue_at_head")
 
 
-def requeue_acks(client: redis.Redis, namespace: str, broker_id: str, queues: Iterable[str]) -> int:
+def requeue_acks(
+    client: redis.Redis,
+    namespace: str,
+    broker_id: str,
+    queues: Iterable[str],
+    *,
+    worker_id: str | None = None,
+    rule: CrashRule | None = None,
+) -> int:
     """Give broker ``broker_id``'s acks sets of ``queues`` back at their queues' head.
 
-    One ``requeue_at_head.lua`` call, a triple of declared keys per queue (acks set, queue
-    list, messages hash): an id goes back only if its message still exists, and each acks
-    set is deleted. Missing sets cost nothing but their keys.
+    One ``requeue_at_head.lua`` call: an id goes back only if its message still exists,
+    and each acks set is deleted. Missing sets cost nothing but their keys. With
+    ``worker_id``, the calls that process had claimed get the crash rule in the same
+    script (:mod:`.crash_rule`): one past ``rule.reruns`` re-runs is answered
+    ``crashed`` and dead-lettered instead of given back.
 
     Args:
         client: Redis client.
         namespace: the broker's namespace (Dramatiq's; the group's on a cluster).
         broker_id: Dramatiq's ``broker_id`` of the dead broker.
         queues: the queues whose acks sets are given back.
+        worker_id: the dead process's worker id (``host:pid``), when known.
+        rule: the crash rule (None: the environment's settings).
 
     Returns:
         How many messages went back to their queues.
@@ -76,11 +93,7 @@ def requeue_acks(client: redis.Redis, namespace: str, broker_id: str, queues: It
     Raises:
         redis.RedisError: Redis failed.
     """
-    keys: list[str] = []
-    for queue in queues:
-        keys += [acks_key(namespace, broker_id, queue), queue_key(namespace, queue)]
-        keys.append(queue_msgs_key(namespace, queue))
-    return int(_REQUEUE_ACKS(keys=keys, client=client)) if keys else 0
+    return requeue_with_crash_rule(client, namespace, broker_id, list(queues), worker_id, rule)
 
 
 def recorded_queues(raw: bytes | str | None) -> list[str] | None:
@@ -133,8 +146,25 @@ def forget_calls(client: redis.Redis, namespace: str, worker_id: str) -> int:
     return freed
 
 
-def recover_dead_worker(client: redis.Redis, namespace: str, worker_id: str) -> int:
+def recover_dead_worker(
+    client: redis.Redis,
+    namespace: str,
+    worker_id: str,
+    rule: CrashRule | None = None,
+    *,
+    stand_in: str | None = None,
+) -> int:
     """Requeue the unacknowledged messages of dead process ``worker_id`` at their queues' head.
+
+    The calls it had claimed get the crash rule (:mod:`.crash_rule`; ``rule`` None: the
+    environment's settings).
+
+    ``stand_in``, when given, is a member that takes the dead process's place in the
+    live-worker set of each shared queue it consumed (not its slot queues), with the
+    current time as its heartbeat, in the same transaction that removes it: a supervisor
+    restarting the process says so, and calls published meanwhile queue for the new
+    process instead of being refused ``not_available`` for the second or two the restart
+    takes. Nothing refreshes it: it stops counting as live after ``worker_ttl_s``.
 
     Its calls' concurrency slots are freed first (:func:`forget_calls`). Its broker's acks
     sets and its places in the queues' live-worker sets are those of the queues its worker
@@ -157,15 +187,19 @@ def recover_dead_worker(client: redis.Redis, namespace: str, worker_id: str) -> 
         for key in client.scan_iter(match=workers_key(namespace, "*"), count=1000):
             client.zrem(key, worker_id)
     else:
+        pipe = pipeline(client, transaction=True)
         for queue in queues:
-            client.zrem(workers_key(namespace, queue), worker_id)
+            pipe.zrem(workers_key(namespace, queue), worker_id)
+            if stand_in and not queue.endswith(".DQ") and SLOT_INFIX not in queue:
+                pipe.zadd(workers_key(namespace, queue), {stand_in: time.time()})
+        pipe.execute()
     if dead is None:
         return 0
     if queues is None:
         prefix = acks_key(namespace, dead, "")
         found = client.scan_iter(match=f"{prefix}*", count=1000)
         queues = [as_text(key)[len(prefix) :] for key in found]
-    moved = requeue_acks(client, namespace, dead, queues)
+    moved = requeue_acks(client, namespace, dead, queues, worker_id=worker_id, rule=rule)
     client.zrem(broker_heartbeats_key(namespace), dead)
     client.hdel(broker_queues_key(namespace), dead)  # the record of its queues goes with it
     client.hdel(brokers_key(namespace), worker_id)

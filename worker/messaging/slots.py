@@ -8,7 +8,15 @@ stranded by one process dying. When the whole slot is gone (its supervisor or po
 away) calls routed there in the moments before the producers noticed would wait for a
 consumer that never comes; :class:`SlotJanitor`, run by every worker's maintenance,
 moves them back to the tool's own queue once the slot's heartbeats are older than
-``stale_s``, so another worker answers them (with a fresh interpreter, which says so).
+``stale_s`` (``worker_ttl_s``: the age at which producers stop routing there), so another
+worker answers them (with a fresh interpreter, which says so).
+
+A slot of this host whose supervisor is no longer running (killed outright, its processes
+with it; the host's next supervisor runs here) is gone at once, without waiting for its
+heartbeats to age: its heartbeats are deleted, so that producers stop routing
+conversations there (they send them to the tool's own queue, where a fresh session says
+why), and the calls routed there meanwhile are handed back. Each worker process sweeps
+once when it starts and then with every maintenance run.
 
 The registry of slot queues is the hash ``<ns>:slots`` (slot queue -> the queue it stands
 in for; :func:`toolfleet.shared.naming.slots_key`), written by each process every beat.
@@ -17,7 +25,10 @@ in for; :func:`toolfleet.shared.naming.slots_key`), written by each process ever
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
+from pathlib import Path
 
 import orjson
 import redis
@@ -27,7 +38,9 @@ from toolfleet.shared.naming import (
     actor_name_for,
     queue_key,
     queue_msgs_key,
+    slot_host,
     slot_lock_key,
+    slot_supervisor,
     slots_key,
     workers_key,
 )
@@ -51,15 +64,26 @@ class SlotJanitor:
         namespace: key prefix.
         routes: this process's slot queues: queue -> slot queue.
         stale_s: seconds without a heartbeat after which a slot counts as gone.
+        host: this host's name (default: ``socket.gethostname()``).
+        supervisor_pid: this process's supervisor (default: its parent).
     """
 
     def __init__(
-        self, client: redis.Redis, namespace: str, routes: dict[str, str], stale_s: float
+        self,
+        client: redis.Redis,
+        namespace: str,
+        routes: dict[str, str],
+        stale_s: float,
+        *,
+        host: str | None = None,
+        supervisor_pid: int | None = None,
     ) -> None:
         self.client = client
         self.namespace = namespace
         self.routes = dict(routes)
         self.stale_s = stale_s
+        self.host = slot_host(socket.gethostname() if host is None else host)
+        self.supervisor_pid = os.getppid() if supervisor_pid is None else supervisor_pid
 
     def register(self, pipe: redis.client.Pipeline) -> None:
         """Add this process's slot queues to the registry (in the caller's pipeline)."""
@@ -84,16 +108,29 @@ class SlotJanitor:
         moved = 0
         for raw_slot, raw_queue in registry.items():
             slot, queue = as_text(raw_slot), as_text(raw_queue)
-            if slot in mine or self._alive(slot):
+            if slot in mine:
+                continue
+            orphaned = self._orphaned(slot, queue)
+            if not orphaned and self._alive(slot):
                 continue
             lock = slot_lock_key(self.namespace, slot)
             if not self.client.set(lock, "1", nx=True, ex=30):
                 continue
             try:
+                if orphaned:  # producers stop routing there now, not when its beats age
+                    self.client.delete(workers_key(self.namespace, slot))
+                    log.info("slot queue %s: its supervisor is gone from this host", slot)
                 moved += self._hand_back(broker, slot, queue)
             finally:
                 self.client.delete(lock)
         return moved
+
+    def _orphaned(self, slot: str, queue: str) -> bool:
+        """True for a slot of this host whose supervisor is not running (not this one's)."""
+        found = slot_supervisor(slot, queue)
+        if found is None or found[0] != self.host or found[1] == self.supervisor_pid:
+            return False
+        return not _running(found[1])
 
     def _alive(self, slot: str) -> bool:
         newest = self.client.zrevrange(workers_key(self.namespace, slot), 0, 0, withscores=True)
@@ -128,3 +165,18 @@ class SlotJanitor:
         if ids:
             log.info("slot queue %s is gone: %d calls handed back to %s", slot, len(ids), queue)
         return len(ids)
+
+
+def _running(pid: int) -> bool:
+    """True while process ``pid`` runs on this host (a zombie does not run)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: running
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc: kill(0) said it exists
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]

@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
+from toolfleet.worker.supervision.crash_count import CRASH_LOOPS_HELP
+
 __all__ = [
     "BREAKER_OPEN",
     "BREAKER_REFUSED",
@@ -21,6 +23,7 @@ __all__ = [
     "CATALOG_COLLISIONS",
     "CLAIMS_UNREPLICATED",
     "CONCURRENCY_WAIT",
+    "CRASH_LOOPS",
     "CALL_DURATION",
     "EXTENSION_LOAD_ERRORS",
     "IN_FLIGHT",
@@ -86,6 +89,11 @@ CLAIMS_UNREPLICATED = Counter(
     "toolfleet_claims_unreplicated_total",
     "Claims of non-idempotent calls fewer replicas acknowledged than claim_replicas within "
     "claim_replicas_timeout_ms (the call ran anyway), by function.",
+    ["function"],
+)
+CRASH_LOOPS = Counter(
+    "toolfleet_crash_loops_total",
+    CRASH_LOOPS_HELP,
     ["function"],
 )
 CONCURRENCY_WAIT = Histogram(

@@ -25,7 +25,7 @@ import redis
 from toolfleet.shared.connect import is_cluster
 from toolfleet.shared.naming import group_namespace
 from toolfleet.shared.settings import Settings
-from toolfleet.worker.messaging.recovery import recover_dead_worker
+from toolfleet.worker.messaging.recovery import CrashRule, recover_dead_worker
 from toolfleet.worker.supervision.exposition import (
     LIVE_PATH,
     READY_PATH,
@@ -54,6 +54,10 @@ log = logging.getLogger("toolfleet.worker.supervisor")
 #: restarting it forever. Any other exit, or this one later in life, is restarted.
 EXIT_NOTHING_TO_SERVE = 78
 CONFIG_EXIT_WINDOW_S = 60.0
+#: A process that died this many times in a row within 5 s of its start gets no stand-in
+#: in its queues' live-worker sets while it is restarted (see :meth:`Supervisor._recover`):
+#: a slot that cannot start stops counting as live after ``worker_ttl_s``.
+STAND_IN_QUICK_DEATHS = 3
 #: Seconds past ``shutdown_grace_s`` a worker process has to finish its drain (close its
 #: pools, say goodbye to Redis) before it is killed.
 KILL_MARGIN_S = 1.0
@@ -220,7 +224,9 @@ class Supervisor:
                 pid = slot.process.pid if slot.process else -1
                 log.warning("worker process %d (pid %d) exited with %s; restarting",
                             slot.index, pid, code)  # fmt: skip
-                self._recover(pid)
+                # a stand-in keeps its queues live meanwhile, unless it keeps dying at start
+                standing_in = slot.restarts < STAND_IN_QUICK_DEATHS and not self._stop.is_set()
+                self._recover(pid, restarting=standing_in)
                 mark_dead(pid, self.metrics_dir)
                 remove_heartbeat(Settings.from_env().health_dir, pid)
                 self._restart(slot)
@@ -243,10 +249,19 @@ class Supervisor:
         settings = self.options.settings
         return group_namespace(settings.namespace, settings.queue_group, cluster=is_cluster(client))
 
-    def _recover(self, pid: int) -> None:
+    def _recover(self, pid: int, *, restarting: bool = False) -> None:
+        """Hand back dead process ``pid``'s messages (and its calls' crash rule).
+
+        ``restarting``: the process is about to be replaced, so a stand-in keeps its
+        queues live meanwhile (see :func:`recover_dead_worker`).
+        """
         client = redis_client(self.options.redis_url, factory=self.options.settings.redis_client)
+        host = socket.gethostname()
+        stand_in = f"{host}:restarting-{os.getpid()}" if restarting else None
         try:
-            recover_dead_worker(client, self._namespace(client), f"{socket.gethostname()}:{pid}")
+            rule = CrashRule.from_settings(self.options.settings)
+            namespace = self._namespace(client)
+            recover_dead_worker(client, namespace, f"{host}:{pid}", rule, stand_in=stand_in)
         except redis.RedisError as exc:
             log.error("could not requeue the messages of pid %d: %s", pid, exc)
         finally:

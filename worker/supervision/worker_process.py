@@ -24,7 +24,12 @@ import redis
 from toolfleet.shared.aggregates import Accumulator
 from toolfleet.shared.group_copies import copy_to_group
 from toolfleet.shared.lifeline import die_with_parent
-from toolfleet.shared.naming import affinity_queue_for, broker_heartbeats_key, brokers_key
+from toolfleet.shared.naming import (
+    affinity_queue_for,
+    broker_heartbeats_key,
+    brokers_key,
+    slot_name,
+)
 from toolfleet.shared.settings import Settings
 from toolfleet.worker.messaging.actors import MessageHandler, declare_actors
 from toolfleet.worker.messaging.broker import fleet_middleware, make_broker, wake_consumers
@@ -48,6 +53,8 @@ from toolfleet.worker.supervision.reachability import wait_until_reachable
 from toolfleet.worker.tenancy.gate import Gate, breaker_event_poster
 
 if TYPE_CHECKING:
+    from dramatiq.brokers.redis import RedisBroker
+
     from toolfleet.worker.isolation.process import ProcessRunner
 
 __all__ = ["main", "parse_args"]
@@ -162,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         claim_replicas=settings.claim_replicas,
         claim_replicas_timeout_ms=settings.claim_replicas_timeout_ms,
     )
-    slot = f"{socket.gethostname()}-{os.getppid()}-{args.index}"
+    slot = slot_name(socket.gethostname(), os.getppid(), args.index)
     affinity_routes = {q: affinity_queue_for(q, slot) for q in registry.affinity_queues & queues}
     pipeline = CallPipeline(
         registry,
@@ -199,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     record_broker_queues(started, namespace, broker.broker_id, queues | set(routes))
     started.execute()
     janitor = (
-        SlotJanitor(broker.client, namespace, affinity_routes, settings.worker_ttl_s * 3)
+        # gone at the age at which producers stop routing there (its calls wait no longer)
+        SlotJanitor(broker.client, namespace, affinity_routes, settings.worker_ttl_s)
         if routes
         else None
     )
@@ -222,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     worker.start()
     publisher.start()
     cancels.start()
+    if janitor is not None:  # slots a supervisor killed outright left on this host: now
+        _sweep_slots(janitor, broker)
     log.info(
         "serving %d functions on %s with %d threads",
         len(registry.served),
@@ -249,6 +259,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         remove_heartbeat(settings.health_dir)
     return code
+
+
+def _sweep_slots(janitor: SlotJanitor, broker: RedisBroker) -> None:
+    """Hand back the calls of gone slots once (later sweeps come with the maintenance)."""
+    try:
+        janitor.sweep(broker)
+    except redis.RedisError as exc:
+        log.warning("could not sweep the slot queues at start: %s", exc)
 
 
 #: Seconds the event loop may stay blocked by an ``async`` tool before the process is
