@@ -10,6 +10,7 @@ from typing import Any
 import click
 import redis
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from toolfleet.shared import codec
@@ -182,20 +183,25 @@ def check(
         reported = client.hgetall(extension_errors_key(fleet))  # type: ignore[assignment]
         fleet_mcp = _fleet_mcp_processes(client, fleet, settings.worker_ttl_s)
         client.close()
+    # what is printed is text, never rich markup (a slug or an error may hold "[/red]"),
+    # and holds no secret of an extension loaded here (its settings were read for the check)
+    shown = registry.redactor.scrub
     table = Table("extension", "version", "functions", "queue", "MCP server")
     for slug, extension in sorted(registry.extensions.items()):
         count = sum(1 for s in registry.served.values() if s.extension is extension)
-        table.add_row(
+        cells = (
             slug, extension.version, str(count), extension.queue_name,
             _mcp_cell(extension.mcp.transport if extension.mcp else None, fleet_mcp, slug),
         )  # fmt: skip
+        table.add_row(*(escape(shown(cell)) for cell in cells))
     console.print(table)
     problems = dict(registry.errors)
     if reported:
         for source, message in current_errors(reported, settings.worker_ttl_s).items():
             problems.setdefault(f"worker: {source}", message)
     for source, message in sorted(problems.items()):
-        console.print(f"[red]problem[/] {source}: {message}", highlight=False)
+        line = escape(shown(f"{source}: {message}"))
+        console.print(f"[red]problem[/] {line}", highlight=False)
     if problems:
         console.print(f"{len(problems)} extension(s) with problems")
     sys.exit(1 if problems else 0)

@@ -126,6 +126,8 @@ class Registry:
         if extension.slug in self.extensions:
             raise ConfigurationError(f"extension {extension.slug!r} is loaded already")
         settings = load_settings(extension, self.secrets_dir)
+        # known before anything can fail: an MCP server's start error may quote a secret
+        self.redactor.add(secret_values(settings))
         if extension.mcp is not None:
             if not self.start_mcp:
                 return
@@ -139,7 +141,6 @@ class Registry:
             raise
         self.extensions[extension.slug] = extension
         self._settings[extension.slug] = settings
-        self.redactor.add(secret_values(settings))
         for switch in extension.switches:
             self.switches.defaults[extension.switch_name(switch.name)] = switch.default
         for item in served:
@@ -198,6 +199,7 @@ class Registry:
                 continue
             try:
                 settings = load_settings(extension, self.secrets_dir)
+                self.redactor.add(secret_values(settings))
                 self._mcp_servers().begin(extension, settings)
             except ConfigurationError:
                 continue  # add_extension reports it
@@ -205,7 +207,7 @@ class Registry:
     def _note_tool_problems(self, slug: str, problems: list[str]) -> None:
         source = f"MCP tools of {slug}"
         if problems:
-            self.errors[source] = "; ".join(problems)
+            self.errors[source] = self.redactor.scrub("; ".join(problems))
             log.error("extension %s: %s", slug, self.errors[source])
         else:
             self.errors.pop(source, None)
@@ -289,13 +291,14 @@ class Registry:
                     extension.validate()
                 unservable = extension.preflight() if extension.preflight is not None else None
                 if unservable:  # the host lacks something (bubblewrap): not the extension's fault
+                    unservable = self.redactor.scrub(unservable)
                     self.errors[source] = f"extension {extension.slug!r}: {unservable}"
                     log.log(self.unservable_log_level, _UNSERVABLE, source, unservable)
                     continue
                 self._add(extension)
             except ConfigurationError as exc:
-                self.errors[source] = str(exc)
-                log.error("extension %s skipped: %s", source, exc)
+                self.errors[source] = self.redactor.scrub(str(exc))
+                log.error("extension %s skipped: %s", source, self.errors[source])
 
     @property
     def queues(self) -> set[str]:
