@@ -9,9 +9,8 @@ from typing import Any
 
 import click
 import redis
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from toolfleet.shared import codec
 from toolfleet.shared.extension_errors import current_errors
@@ -24,12 +23,11 @@ from toolfleet.shared.naming import (
     switches_key,
 )
 from toolfleet.shared.nearest import nearest_names
+from toolfleet.worker.cli.support import console
 from toolfleet.worker.registry.loader import load_all
 from toolfleet.worker.registry.registry import Registry
 
 __all__ = ["extensions", "switch"]
-
-console = Console()
 
 
 @click.group()
@@ -193,15 +191,14 @@ def check(
             slug, extension.version, str(count), extension.queue_name,
             _mcp_cell(extension.mcp.transport if extension.mcp else None, fleet_mcp, slug),
         )  # fmt: skip
-        table.add_row(*(escape(shown(cell)) for cell in cells))
+        table.add_row(*(shown(cell) for cell in cells))
     console.print(table)
     problems = dict(registry.errors)
     if reported:
         for source, message in current_errors(reported, settings.worker_ttl_s).items():
             problems.setdefault(f"worker: {source}", message)
     for source, message in sorted(problems.items()):
-        line = escape(shown(f"{source}: {message}"))
-        console.print(f"[red]problem[/] {line}", highlight=False)
+        console.print(Text.assemble(("problem", "red"), " ", shown(f"{source}: {message}")))
     if problems:
         console.print(f"{len(problems)} extension(s) with problems")
     sys.exit(1 if problems else 0)

@@ -19,8 +19,8 @@ from types import FrameType
 import click
 import redis
 from pydantic import ValidationError
-from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from toolfleet.shared import codec
 from toolfleet.shared.aggregates import read_window
@@ -35,7 +35,13 @@ from toolfleet.worker.cli.limits import limits
 from toolfleet.worker.cli.mcp_serve import mcp
 from toolfleet.worker.cli.ops import events, exporter, health, top
 from toolfleet.worker.cli.quality import quality, quality_table
-from toolfleet.worker.cli.support import EXIT_FAILED, CliState, ToolfleetGroup, global_options
+from toolfleet.worker.cli.support import (
+    EXIT_FAILED,
+    CliState,
+    ToolfleetGroup,
+    console,
+    global_options,
+)
 from toolfleet.worker.cli.ui import ui
 from toolfleet.worker.devtools.local_fleet import LocalFleet, delete_namespace
 from toolfleet.worker.devtools.replay import (
@@ -52,8 +58,6 @@ from toolfleet.worker.supervision.redis_factory import load_factory
 from toolfleet.worker.supervision.supervisor import Supervisor, WorkerOptions
 
 __all__ = ["main"]
-
-console = Console()
 
 
 #: Statuses a producer answers when Redis may have gone away during the call.
@@ -253,8 +257,11 @@ def demo(
         settings.namespace = f"{settings.namespace}.demo.{uuid.uuid4().hex[:8]}"
     where = f"Redis {redacted_url(settings.redis_url)}" if settings.redis_url else "embedded Redis"
     console.print(
-        f"[bold]toolfleet demo[/]: {where}, "
-        f"{processes} worker processes, replaying {', '.join(p.name for p in paths)}"
+        Text.assemble(
+            ("toolfleet demo", "bold"),
+            f": {where}, {processes} worker processes, "
+            f"replaying {', '.join(p.name for p in paths)}",
+        )
     )
     _exit_cleanly_on_termination()
     options = WorkerOptions(
@@ -347,7 +354,8 @@ def _print_report(report: ReplayReport) -> None:
     console.print(statuses)
     for case, _result, why in report.mismatches[:50]:
         console.print(
-            f"[red]mismatch[/] {case.source} {case.function}: {why}", markup=True, highlight=False
+            Text.assemble(("mismatch", "red"), f" {case.source} {case.function}: {why}"),
+            highlight=False,
         )
 
 

@@ -15,7 +15,7 @@ import redis
 import redis.cluster
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from rich.console import Console, Group
+from rich.console import Group
 from rich.live import Live
 from rich.table import Column, Table
 
@@ -29,14 +29,13 @@ from toolfleet.shared.naming import (
     queue_msgs_key,
     workers_key,
 )
-from toolfleet.worker.cli.support import Outage
+from toolfleet.worker.cli.support import Outage, console
 from toolfleet.worker.cli.top_tenancy import tenancy_tables
 from toolfleet.worker.supervision.exporter import DEFAULT_PORT, run_exporter
 from toolfleet.worker.supervision.health import check_live, check_ready
 
 __all__ = ["events", "exporter", "health", "top"]
 
-console = Console()
 
 #: Seconds of events ``top`` summarises per function.
 WINDOW_S = 60.0
