@@ -102,7 +102,7 @@ def check_redis_url(url: str) -> str:
     # a cluster URL's seed list first (raises on a malformed one), then what redis-py reads
     first = cluster_seeds(url).first_url if scheme in CLUSTER_SCHEMES else url
     try:
-        redis.connection.parse_url(first)
+        redis.connection.parse_url(first)  # type: ignore[no-untyped-call]
     except ValueError as exc:
         raise _unusable(url, exc) from None
     return url
