@@ -42,7 +42,7 @@ class CallEvent:
         kind: ``preparing``, ``queued``, ``running``, ``progress`` or ``result``.
         index: the call's position among the turn's tool calls (0-based), the order of
             the messages ``dispatch`` returns; tells apart calls that share a
-            ``tool_call_id``.
+            ``tool_call_id`` (only the first of which runs).
         call_id: the request id (a UUID, ``ToolCallResult.id``; what ``cancel`` takes).
         tool_call_id: the model's id for the call (``""`` when the model gave none).
         function: the function name the model called.
@@ -53,7 +53,9 @@ class CallEvent:
         received_at: Unix epoch seconds when this client received it.
         result: the terminal :class:`ToolCallResult` (``result`` events only).
         message: the ready-to-append tool message for this call in the turn's format
-            (``result`` events only); see :func:`toolfleet.producer.turns.result_message`.
+            (``result`` events only; ``None`` for a call whose ``tool_call_id`` an earlier
+            call of the turn has, answered ``rejected``); see
+            :func:`toolfleet.producer.turns.result_message`.
     """
 
     kind: EventKind

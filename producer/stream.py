@@ -110,9 +110,16 @@ class TurnState:
         return future.result()
 
     def messages(self) -> list[dict[str, Any]]:
-        """The ready-to-append result messages, in the turn's order (all resolved)."""
+        """The ready-to-append result messages, in the turn's order (all resolved).
+
+        One per ``tool_call_id``: a duplicate call's ``rejected`` result has no message.
+        """
         family = self.turn.family
-        return [result_message(family, call, self.result(call.index)) for call in self.turn.calls]
+        return [
+            result_message(family, call, self.result(call.index))
+            for call in self.turn.calls
+            if call.duplicate_of is None
+        ]
 
     # -- internals -----------------------------------------------------------------
 
@@ -149,7 +156,11 @@ class TurnState:
                 self.results[index] = result
             if self._emit is not None:
                 call = self.turn.calls[index]
-                message = result_message(self.turn.family, call, result)
+                message = (
+                    result_message(self.turn.family, call, result)
+                    if call.duplicate_of is None
+                    else None  # the id's one answer is its first call's
+                )
                 self._send(
                     "result", index, time.time(), result.description, result, message, result.id
                 )

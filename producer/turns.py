@@ -30,24 +30,33 @@ or ``{"error": "<message>"}``. Every call gets exactly one answer, in the call's
 - A call that cannot be run as given (no function name, no id, a ``custom`` tool call,
   arguments that are not JSON) is still a call of the turn: it is kept, with
   :attr:`TurnCall.problem` saying why, and answered ``rejected``.
-- **Duplicate ids.** Calls that share a ``tool_call_id`` inside one turn (some model
-  servers emit ``call_0`` for every parallel call) all run, each under its own request
-  id, and each gets its own answer in its own position, carrying that shared id: the
-  answers pair with the calls by order, as such servers expect. None is dropped or
-  merged, and none is refused (refusing would lose work a model asked for).
+- **Duplicate ids.** A model API pairs each answer with its call by id, and refuses a
+  request that answers one id twice. So inside one turn the first call with a
+  ``tool_call_id`` runs, and each later call with the same id
+  (:attr:`TurnCall.duplicate_of`) is answered ``rejected`` ("duplicate tool_call id")
+  without being published: its ``result`` event carries that result and no message, and
+  the messages of the turn hold one answer per id, the first call's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from toolfleet.shared import codec
 from toolfleet.shared.errors import ClientError
 from toolfleet.shared.wire import ToolCallResult
 
-__all__ = ["Family", "Turn", "TurnCall", "parse_tool_calls", "result_content", "result_message"]
+__all__ = [
+    "Family",
+    "Turn",
+    "TurnCall",
+    "duplicate_message",
+    "parse_tool_calls",
+    "result_content",
+    "result_message",
+]
 
 #: The message formats a turn can be read from and answered in.
 Family = Literal["openai-chat", "openai-responses", "anthropic"]
@@ -69,6 +78,9 @@ class TurnCall:
         function: the function name (``""`` when the call names none).
         arguments: a JSON object, the model's raw JSON string, or ``None``.
         problem: why the call cannot be run (``""`` when it can).
+        duplicate_of: the index of the turn's earlier call with the same
+            ``tool_call_id`` (this call is answered ``rejected`` and has no message), or
+            ``None``.
     """
 
     index: int
@@ -76,6 +88,7 @@ class TurnCall:
     function: str
     arguments: dict[str, Any] | str | None
     problem: str = ""
+    duplicate_of: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +192,24 @@ def result_message(family: Family, call: TurnCall, result: ToolCallResult) -> di
 
 
 def _calls(items: list[Any], family: Family) -> list[TurnCall]:
-    return [_call(index, item, family) for index, item in enumerate(items)]
+    calls = []
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        call = _call(index, item, family)
+        if call.tool_call_id:
+            earlier = first.setdefault(call.tool_call_id, index)
+            if earlier != index:
+                call = replace(call, duplicate_of=earlier)
+        calls.append(call)
+    return calls
+
+
+def duplicate_message(call: TurnCall) -> str:
+    """The error text a duplicate call is answered with (``call.duplicate_of`` is set)."""
+    return (
+        f"duplicate tool_call id {call.tool_call_id!r}: call {call.duplicate_of} of the turn "
+        f"has that id and is the one that runs; give each tool call its own id"
+    )
 
 
 def _call(index: int, item: Any, family: Family) -> TurnCall:

@@ -33,7 +33,14 @@ message back to the queue (a few times at most) instead of answering
 
 **Pinning.** A producer puts the listed entry's ``identity`` (and, when its caller asks,
 the ``schema_hash`` the model was shown) on the request, and the worker refuses a call
-whose tool is not that one (:func:`pin_refusal`), before running it.
+whose tool is not that one (:func:`pin_refusal`), before running it. Each beat also
+records which schema of each name the worker serves, in ``<ns>:catalog:schemas:<name>``
+(sorted set: ``<schema hash> <worker id>`` -> heartbeat; a stopping worker removes its
+members), and gives back the schemas the live workers serve (:func:`live_schemas`). So in
+a rolling upgrade that changed a tool's schema, a call pinned to the schema of the other
+version, which a live worker still serves, is handed back to the queue like a call to a
+name this worker does not serve, and a worker of its version answers it; it is refused
+only once no live worker serves that schema.
 
 Entries written by workers that keep no liveness (none in ``<ns>:catalog:live``) are
 listed as before: by the liveness of their queue only.
@@ -58,6 +65,7 @@ __all__ = [
     "beats_of",
     "contested_message",
     "listed",
+    "live_schemas",
     "pin_refusal",
     "schema_hash",
     "tool_identity",
@@ -67,10 +75,12 @@ __all__ = [
 CHANGED_SINCE_LISTED = "the tool changed since it was listed: list tools again ({why})"
 
 #: KEYS: catalog hash, liveness sorted set, owners hash, then the workers set of each
-#: published name, in ARGV order. ARGV: now (epoch s), the cutoff (epoch s: a newest
-#: heartbeat before it has left), this worker's id, the workers sets' lifetime (ms), then
-#: per name: name, identity, entry (JSON). Returns ``{contested, gone, listed}``: name/owner
-#: pairs this worker was refused, flat; the names that left; the names listed now.
+#: published name, then its schemas set, both in ARGV order. ARGV: now (epoch s), the
+#: cutoff (epoch s: a newest heartbeat before it has left), this worker's id, the sets'
+#: lifetime (ms), then per name: name, identity, entry (JSON), schema hash. Returns
+#: ``{contested, gone, listed, schemas}``: name/owner pairs this worker was refused, flat;
+#: the names that left; the names listed now; per name written, ``{name, member...}``
+#: of the schemas set members that beat since the cutoff (:func:`live_schemas`).
 PUBLISH_SCRIPT = scripts.source("catalog_publish")
 
 
@@ -92,6 +102,19 @@ def schema_hash(description: str | None, parameters: Any) -> str:
 def beats_of(reply: Sequence[Any]) -> dict[str, float]:
     """``ZRANGE <ns>:catalog:live 0 -1 WITHSCORES`` as redis-py returns it -> name -> beat."""
     return {as_text(name): float(score) for name, score in reply}
+
+
+def live_schemas(reply: Sequence[Any]) -> dict[str, frozenset[str]]:
+    """The publish script's ``schemas`` reply -> name -> the schema hashes live workers serve.
+
+    Args:
+        reply: ``[[name, "<hash> <worker id>", ...], ...]`` as redis-py returns it.
+    """
+    found: dict[str, frozenset[str]] = {}
+    for item in reply:
+        name, *members = (as_text(value) for value in item)
+        found[name] = frozenset(member.split(" ", 1)[0] for member in members)
+    return found
 
 
 _E = TypeVar("_E")

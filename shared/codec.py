@@ -5,6 +5,13 @@ such a payload the standard library encodes it instead, so ``factorial(30)`` sti
 travels as a JSON number and odd text never crashes an encoder. Decoding uses
 orjson and falls back to the standard library for the same cases.
 
+An integer with more digits than Python's int/str conversion limit
+(``sys.get_int_max_str_digits()``, 4,300 by default; ``factorial(1700)`` has 4,756) is
+decoded as a :class:`BigInt`: an ``int`` equal to it whose ``str``/``repr`` give every
+digit, so ``print(result.content)`` works for it as for any result, while the limit (a
+process-wide guard of the host application) stays as it is. :func:`dumps` re-encodes it
+exactly; ``json.dumps`` of such a number needs the limit raised, as for any ``int``.
+
 Both directions accept exactly the documents nested at most
 :data:`~toolfleet.shared.limits.MAX_DEPTH` (1,024) levels deep, the depth orjson's decoder
 accepts: orjson's encoder stops at 255 levels and the standard library at Python's
@@ -16,6 +23,7 @@ gives the standard library the stack it needs to reach the bound.
 from __future__ import annotations
 
 import contextlib
+import decimal
 import json
 import math
 import re
@@ -28,13 +36,41 @@ import orjson
 
 from toolfleet.shared.limits import MAX_DEPTH
 
-__all__ = ["DecodeError", "EncodeError", "depth_exceeds", "dumps", "dumps_str", "loads"]
+__all__ = ["BigInt", "DecodeError", "EncodeError", "depth_exceeds", "dumps", "dumps_str", "loads"]
 
 # orjson decodes integers beyond 64 bits as floats (losing digits); a run of 19 or more
 # digits that is not a fraction sends the document to the standard library, which keeps
 # them exact (the fraction digits of a float like 0.00028014183044433594 do not).
 _LONG_DIGITS_BYTES = re.compile(rb"(?<![.\d])\d{19}")
 _LONG_DIGITS_STR = re.compile(r"(?<![.\d])\d{19}")
+
+
+class BigInt(int):
+    """An ``int`` decoded with more digits than Python's int/str limit; it prints whole.
+
+    ``str``, ``repr`` and ``format(x)`` give its exact decimal digits through
+    :mod:`decimal` (which that limit does not apply to), without touching
+    ``sys.set_int_max_str_digits``. Arithmetic on it gives plain ``int`` s; a format spec
+    (``f"{x:,}"``) formats as ``int`` does.
+    """
+
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        return str(decimal.Decimal(int(self)))
+
+    __repr__ = __str__
+
+    def __format__(self, spec: str) -> str:
+        return str(self) if not spec else int.__format__(self, spec)
+
+
+def _parse_int(text: str) -> int:
+    """A JSON integer: an ``int``, or a :class:`BigInt` past Python's digit limit."""
+    limit = sys.get_int_max_str_digits()
+    if not limit or len(text) - text.startswith("-") <= limit:
+        return int(text)
+    return BigInt(decimal.Decimal(text))
 
 
 class DecodeError(ValueError):
@@ -243,7 +279,8 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
         data: UTF-8 bytes or text.
 
     Returns:
-        The decoded value; integers beyond 64 bits come back exact (as ``int``).
+        The decoded value; integers beyond 64 bits come back exact (as ``int``; past
+        Python's int/str digit limit as :class:`BigInt`).
 
     Raises:
         DecodeError: not valid JSON (the message names the line and column), or nested
@@ -266,7 +303,7 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
                 return value
     try:
         text = data if isinstance(data, str) else bytes(data).decode("utf-8", "surrogatepass")
-        value = _with_unlimited_digits(_deep_enough, json.loads, text, parse_constant=_no_constants)
+        value = _deep_enough(json.loads, text, parse_int=_parse_int, parse_constant=_no_constants)
     except _TooDeep:
         raise DecodeError(_too_deep(MAX_DEPTH)) from None
     except (ValueError, UnicodeDecodeError) as exc:

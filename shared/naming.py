@@ -70,6 +70,7 @@ __all__ = [
     "catalog_live_key",
     "catalog_owners_key",
     "catalog_recovering_key",
+    "catalog_schemas_key",
     "catalog_workers_key",
     "claim_key",
     "crashes_key",
@@ -347,6 +348,14 @@ def catalog_owners_key(namespace: str) -> str:
 def catalog_workers_key(namespace: str, function: str) -> str:
     """The sorted set of workers serving ``function`` (score: last heartbeat, epoch s)."""
     return f"{fleet_namespace(namespace)}:catalog:workers:{function}"
+
+
+def catalog_schemas_key(namespace: str, function: str) -> str:
+    """The sorted set of ``<schema hash> <worker id>`` serving ``function`` (score: beat).
+
+    Which schemas of a name the live workers serve; scores are last heartbeats, epoch s.
+    """
+    return f"{fleet_namespace(namespace)}:catalog:schemas:{function}"
 
 
 def workers_key(namespace: str, queue: str) -> str:

@@ -1,13 +1,14 @@
 """RAGFlow's LLM tool plugin shape, so a RAGFlow plugin file loads unchanged.
 
-RAGFlow (``plugin/llm_tool_plugin.py``) defines plugins as subclasses of
-``LLMToolPlugin`` with a ``get_metadata()`` classmethod returning ``LLMToolMetadata`` and
-``invoke(**kwargs) -> str``; a plugin file imports them with
-``from plugin.llm_tool_plugin import LLMToolMetadata, LLMToolPlugin``. This module offers
-the same names (our own implementation of that shape), and the worker's loader makes
-``plugin.llm_tool_plugin`` import this module when no package named ``plugin`` is
-installed (:func:`install_import_alias`). Plugins become metadata tools
-(:class:`~toolfleet.shared.plugin.MetadataPlugin`): ``displayName`` and
+RAGFlow defines plugins as subclasses of ``LLMToolPlugin`` with a ``get_metadata()``
+classmethod returning ``LLMToolMetadata`` and ``invoke(**kwargs) -> str``; a plugin file
+imports them with ``from agent.plugin.llm_tool_plugin import LLMToolMetadata,
+LLMToolPlugin`` (RAGFlow's current layout, ``agent/plugin/llm_tool_plugin.py``) or, in
+files written for its older layout, ``from plugin.llm_tool_plugin import ...``. This module
+offers the same names (our own implementation of that shape), and the worker's loader
+makes both module paths import this module, each unless a real package of that first
+name (``agent``, ``plugin``) is installed (:func:`install_import_alias`). Plugins become
+metadata tools (:class:`~toolfleet.shared.plugin.MetadataPlugin`): ``displayName`` and
 ``displayDescription`` of the tool and its parameters reach the catalog and the
 ``display`` listing (``client.tools(format="display")``), never the model.
 """
@@ -29,8 +30,9 @@ __all__ = [
     "llm_tool_metadata_to_openai_tool",
 ]
 
-#: The module path RAGFlow plugin files import the base class from.
-RAGFLOW_MODULE = "plugin.llm_tool_plugin"
+#: The module paths RAGFlow plugin files import the base class from: its current layout,
+#: then its older one.
+RAGFLOW_MODULES = ("agent.plugin.llm_tool_plugin", "plugin.llm_tool_plugin")
 
 
 class LLMToolParameter(TypedDict, total=False):
@@ -90,23 +92,41 @@ def llm_tool_metadata_to_openai_tool(llm_tool_metadata: LLMToolMetadata) -> dict
     }
 
 
-def install_import_alias() -> bool:
-    """Make ``import plugin.llm_tool_plugin`` give this module, unless ``plugin`` exists.
+def install_import_alias() -> tuple[str, ...]:
+    """Make each of :data:`RAGFLOW_MODULES` import this module, unless it is a real one.
 
-    Called by the worker's loader before it imports extension code. A real package named
-    ``plugin`` (RAGFlow itself, or the user's own) is never shadowed: its plugins are
-    still recognised by their shape (``get_metadata`` + ``invoke``).
+    Called by the worker's loader before it imports extension code. A module path whose
+    first package exists (RAGFlow itself, or the user's own ``agent`` or ``plugin``) is
+    never shadowed: plugins written against it are still recognised by their shape
+    (``get_metadata`` + ``invoke``).
 
     Returns:
-        True when ``plugin.llm_tool_plugin`` now names this module.
+        The module paths that now name this module (e.g. both of them); empty when real
+        packages hold both names.
     """
-    if sys.modules.get(RAGFLOW_MODULE) is sys.modules[__name__]:
-        return True
-    if "plugin" in sys.modules or importlib.util.find_spec("plugin") is not None:
+    this = sys.modules[__name__]
+    named = []
+    for path in RAGFLOW_MODULES:
+        if sys.modules.get(path) is this or _alias(path.split("."), this):
+            named.append(path)
+    return tuple(named)
+
+
+def _alias(parts: list[str], module: types.ModuleType) -> bool:
+    """Make ``".".join(parts)`` import ``module`` through stand-in packages.
+
+    Only when its first package is neither imported nor installed; returns whether it did.
+    """
+    top = parts[0]
+    if top in sys.modules or importlib.util.find_spec(top) is not None:
         return False
-    package = types.ModuleType("plugin", "import alias of toolfleet.shared.ragflow")
-    package.__path__ = []
-    package.llm_tool_plugin = sys.modules[__name__]  # type: ignore[attr-defined]
-    sys.modules["plugin"] = package
-    sys.modules[RAGFLOW_MODULE] = sys.modules[__name__]
+    for depth in range(1, len(parts)):
+        name = ".".join(parts[:depth])
+        package = types.ModuleType(name, "import alias of toolfleet.shared.ragflow")
+        package.__path__ = []
+        sys.modules[name] = package
+        if depth > 1:
+            setattr(sys.modules[".".join(parts[: depth - 1])], parts[depth - 1], package)
+    setattr(sys.modules[".".join(parts[:-1])], parts[-1], module)
+    sys.modules[".".join(parts)] = module
     return True

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+import redis.connection
+
 from toolfleet.shared.connect import CLUSTER_SCHEMES, cluster_seeds
 from toolfleet.shared.errors import ConfigurationError
 
@@ -71,12 +73,20 @@ def url_passwords(url: str | None) -> set[str]:
 def check_redis_url(url: str) -> str:
     """Return ``url`` when redis-py can connect to it (producer and worker accept the same).
 
+    The URL is parsed as redis-py parses it when it connects (``redis.connection.parse_url``),
+    so a port that is not a number, a broken IPv6 host or a bad query value is refused here,
+    in one line, rather than as a ``ValueError`` traceback from deep inside a client.
+
     Raises:
-        ConfigurationError: no scheme, an unknown one, or ``redis+sentinel://`` (redis-py
+        ConfigurationError: no scheme, an unknown one, ``redis+sentinel://`` (redis-py
             has no Sentinel URLs: pass ``Sentinel(...).master_for(...)`` to a client as
-            ``redis_client=``, and ``--redis-client MODULE:ATTR`` to ``toolfleet worker``).
+            ``redis_client=``, and ``--redis-client MODULE:ATTR`` to ``toolfleet worker``),
+            or a URL redis-py's parser refuses; the message never holds the password.
     """
-    scheme = urlsplit(url).scheme.lower() if "://" in url else ""
+    try:
+        scheme = urlsplit(url).scheme.lower() if "://" in url else ""
+    except ValueError as exc:
+        raise _unusable(url, exc) from None
     if scheme.startswith("redis+sentinel") or scheme == "sentinel":
         raise ConfigurationError(
             f"{redacted_url(url)}: Sentinel URLs are not supported; pass a client made by "
@@ -89,6 +99,18 @@ def check_redis_url(url: str) -> str:
             "rediss:// (TLS), unix:///path/to/socket, or a cluster: "
             "redis+cluster://host:port[,host:port...] (rediss+cluster:// with TLS)"
         )
-    if scheme in CLUSTER_SCHEMES:
-        cluster_seeds(url)  # raises on a malformed seed list
+    # a cluster URL's seed list first (raises on a malformed one), then what redis-py reads
+    first = cluster_seeds(url).first_url if scheme in CLUSTER_SCHEMES else url
+    try:
+        redis.connection.parse_url(first)  # type: ignore[no-untyped-call]
+    except ValueError as exc:
+        raise _unusable(url, exc) from None
     return url
+
+
+def _unusable(url: str, exc: ValueError) -> ConfigurationError:
+    """The one-line error of a URL redis-py cannot parse (its passwords masked)."""
+    why = str(exc)
+    for password in url_passwords(url):
+        why = why.replace(password, "***")
+    return ConfigurationError(f"{redacted_url(url)!r} is not a usable Redis URL: {why}")

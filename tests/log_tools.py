@@ -1,8 +1,9 @@
-"""Test-only extension whose tool logs from a ``process``-isolation child (--extension)."""
+"""Test-only extension whose tools log from a ``process``-isolation child, and print."""
 
 from __future__ import annotations
 
 import logging
+import sys
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -32,4 +33,17 @@ class LogInChild(Tool):
         return arguments.text
 
 
-extension = Extension(slug="log-test", version="1.0.0", tools=[LogInChild], timeout_s=10.0)
+class Say(Tool):
+    """Print the text to stdout and to stderr (model-written text, as a tool might echo it)."""
+
+    name = "say"
+    arguments_model = Said
+    timeout_s = 10.0
+
+    def call(self, arguments: Said, context: ExtensionContext) -> str:
+        print(arguments.text)
+        print(arguments.text, file=sys.stderr, flush=True)
+        return "said"
+
+
+extension = Extension(slug="log-test", version="1.0.0", tools=[LogInChild, Say], timeout_s=10.0)

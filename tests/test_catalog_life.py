@@ -34,13 +34,15 @@ from conftest import (
     start_fleet,
     toolfleet_command,
 )
+from toolfleet.producer import ToolClient
 from toolfleet.shared import Status, codec
-from toolfleet.shared.catalog_life import PUBLISH_SCRIPT
+from toolfleet.shared.catalog_life import PUBLISH_SCRIPT, live_schemas
 from toolfleet.shared.export import SCHEMA_HASH_KEY
 from toolfleet.shared.naming import (
     catalog_key,
     catalog_live_key,
     catalog_owners_key,
+    catalog_schemas_key,
     catalog_workers_key,
     events_key,
 )
@@ -443,14 +445,91 @@ def test_a_call_pinned_to_the_schema_it_was_shown_is_refused_after_the_schema_ch
             client.stop()
 
 
+def test_a_call_pinned_to_the_old_schema_is_served_by_an_old_worker_during_a_rolling_upgrade(
+    redis_url: str, ns: str, fleets: list[Fleet], tmp_path: Path
+) -> None:
+    """Two fleets of two versions of one extension consume one queue, each version with
+    its own schema of ``measure``. Calls pinned to either schema are all served, each by a
+    worker of its version (a worker of the other hands the call back); once no worker
+    serves the old schema, a call pinned to it is refused not_available, "list tools
+    again", without running."""
+    fleets.append(_fleet(redis_url, ns, tmp_path / "v1.log", "ren_v1"))
+    with ToolClient(redis_url, namespace=ns, settings=_settings()) as client:
+        _eventually(lambda: MEASURE in {t["function"]["name"] for t in client.tools()}, 30,
+                    "measure listed")  # fmt: skip
+        old = _schema_hash(client)
+        fleets.append(_fleet(redis_url, ns, tmp_path / "v2.log", "ren_v2"))
+        _eventually(lambda: _schema_hash(client) != old, 30, "version 2 published")
+        new = _schema_hash(client)
+        time.sleep(3 * 0.5)  # a few heartbeats: each version has seen the other's schema
+
+        # Then: while both versions run, every pinned call is served by its own version.
+        pinned = [(old, "1.0.0"), (new, "2.0.0")] * 10
+        futures = [client.submit(MEASURE, {"size": 1}, schema_hash=h, timeout_s=30)
+                   for h, _ in pinned]  # fmt: skip
+        results = [f.result() for f in futures]
+        for (_, version), result in zip(pinned, results, strict=True):
+            assert result.status is Status.OK, result
+            assert result.content == f"ren/measure@{version}", result
+
+        # When: the last worker of version 1 stops.
+        fleets.pop(0).stop()
+
+        # Then: a call pinned to the old schema is refused unrun, saying what to do.
+        def refused() -> bool:
+            result = client.call(MEASURE, {"size": 1}, schema_hash=old, timeout_s=30)
+            if result.status is Status.OK:
+                assert result.content == "ren/measure@1.0.0", result  # still draining
+                return False
+            assert result.status is Status.NOT_AVAILABLE and result.run_s is None, result
+            assert "list tools again" in result.content["error"], result
+            assert f"schema {old} was listed" in result.content["error"], result
+            return True
+
+        _eventually(refused, TTL_S + MARGIN_S, "the old pin refused")
+        again = client.call(MEASURE, {"size": 1}, schema_hash=new, timeout_s=30)
+        assert again.content == "ren/measure@2.0.0", again
+
+
+def _schema_hash(client: ToolClient) -> str:
+    (tool,) = [t for t in client.tools(metadata=True) if t["function"]["name"] == MEASURE]
+    return str(tool["metadata"][SCHEMA_HASH_KEY])
+
+
 def _publish(r: redis.Redis, ns: str, now: float, worker: str, *named: tuple[str, str]) -> Any:
-    """Run the publish script as a worker serving ``named`` (name, identity) would."""
+    """Run the publish script as a worker serving ``named`` (name, identity) would, each
+    name with the schema hash ``h-<identity>``."""
     keys = [catalog_key(ns), catalog_live_key(ns), catalog_owners_key(ns)]
     keys += [catalog_workers_key(ns, name) for name, _ in named]
+    keys += [catalog_schemas_key(ns, name) for name, _ in named]
     args: list[Any] = [repr(now), repr(now - TTL_S), worker, 60_000]
     for name, identity in named:
-        args += [name, identity, codec.dumps({"name": name, "queue": "q", "by": identity})]
+        entry = codec.dumps({"name": name, "queue": "q", "by": identity})
+        args += [name, identity, entry, f"h-{identity}"]
     return r.eval(PUBLISH_SCRIPT, len(keys), *keys, *args)
+
+
+def test_the_publish_script_gives_the_schemas_the_live_workers_serve(
+    r: redis.Redis, ns: str
+) -> None:
+    """Two workers serving two schemas of one name each get both back while both beat;
+    one TTL after a worker's last beat its schema is gone from what the other gets."""
+    one = _publish(r, ns, 1000.0, "w1", (SHARED, "a/b_c"), ("ext_other", "o/t"))
+    assert live_schemas(one[3]) == {SHARED: {"h-a/b_c"}, "ext_other": {"h-o/t"}}
+    both = r.eval(  # w2 serves the same tool under another schema (a new version)
+        PUBLISH_SCRIPT, 5, catalog_key(ns), catalog_live_key(ns), catalog_owners_key(ns),
+        catalog_workers_key(ns, SHARED), catalog_schemas_key(ns, SHARED),
+        repr(1001.0), repr(1001.0 - TTL_S), "w2", 60_000, SHARED, "a/b_c", b"{}", "h-v2",
+    )  # fmt: skip
+    assert live_schemas(both[3]) == {SHARED: {"h-a/b_c", "h-v2"}}
+    later = _publish(r, ns, 1000.0 + TTL_S + 0.5, "w2")
+    assert later[3] == []
+    alone = r.eval(
+        PUBLISH_SCRIPT, 5, catalog_key(ns), catalog_live_key(ns), catalog_owners_key(ns),
+        catalog_workers_key(ns, SHARED), catalog_schemas_key(ns, SHARED),
+        repr(1000.0 + TTL_S + 0.5), repr(1000.5), "w2", 60_000, SHARED, "a/b_c", b"{}", "h-v2",
+    )  # fmt: skip
+    assert live_schemas(alone[3]) == {SHARED: {"h-v2"}}
 
 
 def test_the_publish_script_keeps_a_name_for_its_first_tool_until_its_workers_are_gone(
@@ -459,7 +538,8 @@ def test_the_publish_script_keeps_a_name_for_its_first_tool_until_its_workers_ar
     """A second tool is refused a name the first one's live workers hold; the first one's
     beats keep it; one TTL after its last beat the name is deleted (entry, owner,
     liveness) by the next beat of any worker, and the second tool may take it."""
-    assert _publish(r, ns, 1000.0, "w1", (SHARED, "a/b_c")) == [[], [], [SHARED.encode()]]
+    first = _publish(r, ns, 1000.0, "w1", (SHARED, "a/b_c"))
+    assert first == [[], [], [SHARED.encode()], [[SHARED.encode(), b"h-a/b_c w1"]]]
     refused = _publish(r, ns, 1001.0, "w2", (SHARED, "a-b/c"))
     assert refused[0] == [SHARED.encode(), b"a/b_c"]
     assert codec.loads(r.hget(catalog_key(ns), SHARED))["by"] == "a/b_c"

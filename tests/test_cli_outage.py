@@ -88,6 +88,30 @@ def test_url_without_a_scheme_is_one_line() -> None:
     assert "'127.0.0.1:6379' is not a Redis URL: use redis://" in text
 
 
+#: URLs with a scheme redis-py knows that it still cannot use: each part is refused by its
+#: URL parser (port not a number, out of range, a broken IPv6 host, a bad query value)
+MALFORMED_URLS = [
+    f"redis://:{PASSWORD}@127.0.0.1:notaport/0",
+    f"redis://:{PASSWORD}@127.0.0.1:99999/0",
+    f"redis://:{PASSWORD}@[::1/0",
+    f"redis://:{PASSWORD}@127.0.0.1:6379/0?socket_timeout=soon",
+    f"redis+cluster://:{PASSWORD}@127.0.0.1:7000?socket_timeout=soon",
+]
+
+
+@pytest.mark.parametrize("args", [*COMMANDS, ["worker"]], ids=lambda a: " ".join(a[:2]))
+def test_malformed_url_is_one_line_for_every_command_and_the_worker(args: list[str]) -> None:
+    """A URL redis-py's parser refuses is one line (no traceback, no password) for every
+    command that talks to Redis, the worker included, and each kind of malformation."""
+    for url in MALFORMED_URLS:
+        out = _run([*args, "--redis-url", url], timeout=60)
+        text = out.stdout + out.stderr
+        assert out.returncode != 0, text
+        (error, *hint) = _lines(out)  # the error in one line, then the CLI's usual hint
+        assert "is not a usable Redis URL" in error and len(hint) <= 1, text
+        assert "Traceback" not in text and PASSWORD not in text, text
+
+
 def test_debug_shows_the_traceback() -> None:
     """--debug (before or after the subcommand) adds the traceback to the one-line error."""
     url = f"redis://127.0.0.1:{free_port()}/0"

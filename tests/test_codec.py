@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Callable
 
 import pytest
 
+from conftest import Fleet
+from toolfleet.producer import ToolClient
 from toolfleet.shared import codec
 
 
@@ -17,6 +20,42 @@ def test_integers_beyond_64_bits_round_trip_exactly(value: object) -> None:
     data = codec.dumps(value)
     assert json.loads(data) == value
     assert codec.loads(data) == value
+
+
+def _digits(value: int) -> str:
+    """``str(value)`` with Python's digit limit lifted for this one conversion (the
+    expected text, computed without the codec)."""
+    previous = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        return str(value)
+    finally:
+        sys.set_int_max_str_digits(previous)
+
+
+def test_an_integer_past_pythons_digit_limit_prints_and_re_encodes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """factorial(1700) has 4,756 digits, past Python's int/str limit (4,300): decoded, it
+    is still that int, and it prints (str, repr, f-string, inside a list) and re-encodes
+    with every digit, without the process's digit limit being changed."""
+    value = math.factorial(1700)
+    digits = _digits(value)
+    limit = sys.get_int_max_str_digits()
+    assert len(digits) == 4756 and 0 < limit < len(digits)
+    data = f'{{"n": {digits}, "list": [-{digits}]}}'.encode()
+    decoded = codec.loads(data)
+    n = decoded["n"]
+    assert isinstance(n, int) and n == value and decoded["list"] == [-value]
+    print(n)
+    print(decoded)
+    assert capsys.readouterr().out == f"{digits}\n{{'n': {digits}, 'list': [-{digits}]}}\n"
+    assert f"{n}" == str(n) == repr(n) == digits
+    assert (
+        codec.dumps(decoded) == b'{"n":' + digits.encode() + b',"list":[-' + digits.encode() + b"]}"
+    )
+    assert n + 1 == value + 1 and type(n + 1) is int  # arithmetic gives plain ints
+    assert sys.get_int_max_str_digits() == limit
 
 
 def test_nineteen_digit_float_fraction_still_decodes_as_float() -> None:
@@ -98,3 +137,19 @@ def test_depth_bound_does_not_depend_on_the_call_stack_or_recursion_limit(leaf: 
     finally:
         sys.setrecursionlimit(previous)
     assert sys.getrecursionlimit() == previous
+
+
+def test_a_factorial_of_1700_prints_as_the_readme_prints_a_result(
+    fleet: Fleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's ``print(result.status, result.content)`` for factorial(1700) through a
+    real fleet prints every digit; a turn's message re-encodes it exactly."""
+    digits = _digits(math.factorial(1700))
+    with ToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
+        result = client.call("ext_bfcl_math_factorial", '{"n": 1700}', timeout_s=30)
+        print(result.status, result.content)
+        assert capsys.readouterr().out == f"ok {digits}\n"
+        function = {"name": "ext_bfcl_math_factorial", "arguments": '{"n": 1700}'}
+        call = {"id": "c1", "type": "function", "function": function}
+        (message,) = client.dispatch([call], timeout_s=30)
+    assert message["content"] == digits

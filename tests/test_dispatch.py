@@ -152,20 +152,36 @@ def _calls(*pairs: tuple[str, str, dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def test_duplicate_ids_and_same_function_calls_each_get_their_own_result(
-    either: Either,
+def test_a_repeated_tool_call_id_is_rejected_and_never_answered_twice(
+    either: Either, tmp_path: Path
 ) -> None:
-    """Calls sharing a tool_call_id and calls to one function all run; each result sits in
-    its call's position."""
+    """Inside one turn the first call with an id runs; a later call repeating it is answered
+    rejected ("duplicate tool_call id") in its result event, unpublished, and the messages
+    hold one answer per id (what the next model request accepts). Calls to one function
+    under distinct ids all run."""
     turn = _calls(
         ("call_0", F + "add", {"a": 1, "b": 2}),
-        ("call_0", F + "add", {"a": 3, "b": 4}),
+        ("call_0", F + "mark", {"path": str(tmp_path / "ran")}),
         ("call_1", F + "add", {"a": 5, "b": 6}),
-        ("call_0", F + "echo", {"text": "x"}),
+        ("call_2", F + "add", {"a": 7, "b": 8}),
+        ("call_1", F + "echo", {"text": "x"}),
     )
-    messages = either.dispatch(turn, timeout_s=5)
-    assert [m["tool_call_id"] for m in messages] == ["call_0", "call_0", "call_1", "call_0"]
-    assert _contents(messages) == [3, 7, 11, {"text": "x", "account": None}]
+    events, messages = either.stream(turn, timeout_s=5)
+    assert [m["tool_call_id"] for m in messages] == ["call_0", "call_1", "call_2"]
+    assert _contents(messages) == [3, 11, 15]
+    results = {e.index: e for e in events if e.kind == "result"}
+    for index, first in ((1, 0), (4, 2)):
+        refused = results[index]
+        assert refused.result is not None and refused.result.status is Status.REJECTED
+        assert "duplicate tool_call id" in refused.result.content["error"]
+        assert f"call {first} of the turn" in refused.result.content["error"]
+        assert refused.message is None
+        assert [e.kind for e in events if e.index == index] == ["result"]  # never queued
+    assert sum(1 for e in events if e.kind == "queued") == 3
+    assert not (tmp_path / "ran").exists()  # the duplicate never ran
+    again = either.dispatch(turn, timeout_s=5)
+    assert [m["tool_call_id"] for m in again] == ["call_0", "call_1", "call_2"]
+    assert _contents(again) == [3, 11, 15] and not (tmp_path / "ran").exists()
 
 
 def test_malformed_and_misused_turns(either: Either) -> None:

@@ -32,7 +32,7 @@ def _fleet_keys(prefix: str) -> list[str]:
         n.catalog_key(prefix), n.catalog_epoch_key(prefix), n.catalog_recovering_key(prefix),
         n.workers_key(prefix, "tools.x"), n.extension_errors_key(prefix),
         n.mcp_servers_key(prefix), n.catalog_live_key(prefix), n.catalog_owners_key(prefix),
-        n.catalog_workers_key(prefix, "f"),
+        n.catalog_workers_key(prefix, "f"), n.catalog_schemas_key(prefix, "f"),
     ]  # fmt: skip
 
 
@@ -53,6 +53,7 @@ def test_plain_redis_key_names_are_unchanged() -> None:
         "toolfleet:catalog", "toolfleet:catalog:epoch", "toolfleet:catalog:recovering",
         "toolfleet:workers:tools.x", "toolfleet:extension_errors", "toolfleet:mcp_servers",
         "toolfleet:catalog:live", "toolfleet:catalog:owners", "toolfleet:catalog:workers:f",
+        "toolfleet:catalog:schemas:f",
     ]  # fmt: skip
 
 

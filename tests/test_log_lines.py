@@ -18,6 +18,7 @@ from toolfleet.producer import ToolClient
 from toolfleet.shared import Status
 
 LOG_IN_CHILD = "ext_log_test_log_in_child"
+SAY = "ext_log_test_say"
 ECHO = "ext_fleet_test_echo"
 
 
@@ -91,3 +92,74 @@ def test_raw_arguments_cannot_forge_a_line_of_the_text_log(fleet: Fleet) -> None
         line for line in text.splitlines() if result.id in line and "the model sent" in line
     ]
     assert f"\\n{forged} 1\\r{forged} 2\\u2028{forged} 3\\x0b{forged} 4" in logged, logged
+
+
+def _say_fleet(redis_url: str, namespace: str, log: Path, log_format: str) -> Fleet:
+    return start_fleet(
+        redis_url,
+        f"{namespace}-say-{uuid.uuid4().hex[:6]}",
+        log,
+        processes=1,
+        threads=2,
+        extra=["--extension", "log_tools:extension"],
+        env={"TOOLFLEET_LOG_FORMAT": log_format},
+    )
+
+
+def test_printed_text_cannot_forge_a_line_of_the_text_log(
+    redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """What a tool prints (model-written text that looks like log lines) is one record per
+    print, under the output logger, its line breaks escaped: no line starts with it."""
+    marker = uuid.uuid4().hex
+    forged = "2026-01-01 00:00:00,000 ERROR [vm:1] toolfleet.worker.calls: FORGED"
+    text = f"{marker}\n{forged} 1\r{forged} 2\u2028{forged} 3\x1b[2K{forged} 4"
+    fleet = _say_fleet(redis_url, namespace, tmp_path / "worker.log", "text")
+    try:
+        with ToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
+            result = client.call(SAY, {"text": text}, timeout_s=30)
+        assert result.status is Status.OK, result
+        log = _wait_for(fleet, lambda log: log.count(marker) >= 2)
+    finally:
+        fleet.stop()
+    assert not [line for line in log.splitlines() if line.startswith("2026-01-01")], log
+    assert "\x1b" not in log, log
+    said = [line for line in log.splitlines() if marker in line]
+    assert len(said) == 2, said  # one record for each print (stdout, stderr)
+    escaped = f"{marker}\\n{forged} 1\\r{forged} 2\\u2028{forged} 3\\x1b[2K{forged} 4"
+    for line, name in zip(said, ("INFO", "WARNING"), strict=True):
+        assert f" {name} " in line and " toolfleet.output.std" in line, line
+        assert line.endswith(f"toolfleet.output.{'stdout' if name == 'INFO' else 'stderr'}: "
+                             f"{escaped}"), line  # fmt: skip
+
+
+def test_printed_json_cannot_pass_for_a_record_of_the_json_log(
+    redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """In JSON format a printed JSON object that looks like a record is the ``message`` of
+    an output record; every line is one record, and no record but the output's holds it."""
+    marker = uuid.uuid4().hex
+    fake = {"timestamp": "2026-01-01T00:00:00.000000Z", "level": "ERROR",
+            "logger": "toolfleet.worker.calls", "message": f"FORGED {marker}",
+            "worker": "vm:1"}  # fmt: skip
+    printed = f"{json.dumps(fake)}\n{json.dumps(fake)}"
+    fleet = _say_fleet(redis_url, namespace, tmp_path / "worker.log", "json")
+    try:
+        with ToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
+            result = client.call(SAY, {"text": printed}, timeout_s=30)
+        assert result.status is Status.OK, result
+        _wait_for(fleet, lambda log: log.count(marker) >= 4)
+    finally:
+        fleet.stop()
+    records = []
+    for line in fleet.log().splitlines():
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                pytest.fail(f"not a JSON line: {line!r}")
+    holding = [r for r in records if marker in json.dumps(r)]
+    assert [r["logger"] for r in holding] == ["toolfleet.output.stdout", "toolfleet.output.stderr"]
+    for record in holding:
+        assert record["message"] == printed, record
+        assert not record["worker"].endswith("vm:1"), record

@@ -1,6 +1,8 @@
 """The seed systems' tool shapes, each written as that system writes it, through a real fleet.
 
-- RAGFlow: a plugin file on ``plugin.llm_tool_plugin.LLMToolPlugin`` loads unchanged; its
+- RAGFlow: a plugin file on ``plugin.llm_tool_plugin.LLMToolPlugin`` (RAGFlow's older
+  module path) or ``agent.plugin.llm_tool_plugin.LLMToolPlugin`` (its current one) loads
+  unchanged; its
   display fields reach the catalog and ``client.tools(format="display")``; a ``number``
   keeps integers (``"103"``, not ``"103.0"``); ``llm_tool_metadata_to_openai_tool``.
 - Smarter: an extension declared in ``[tool.smarter]`` loads; ``tool_requested`` and
@@ -36,6 +38,7 @@ from toolfleet.shared.signals import tool_requested, tool_responded
 
 SEEDS = TESTS / "seed_shapes"
 RAGFLOW = "ext_ragflow_seed_offset_adder"
+RAGFLOW_AGENT = "ext_ragflow_agent_seed_scaled_adder"
 SHOUT = "ext_smarter_seed_shout"
 WEATHER = "ext_mllm_seed_weather"
 PYTHON = "ext_python_run"
@@ -54,8 +57,10 @@ def seed_fleet(
     tmp_path_factory: pytest.TempPathFactory,
     flags: dict[str, Path],
 ) -> Iterator[Fleet]:
-    """One worker process with the RAGFlow folder, the Smarter folder and the multi-llm tool."""
-    folders = os.pathsep.join(str(SEEDS / name) for name in ("ragflow_plugin", "smarter_ext"))
+    """One worker process with the RAGFlow folders (both module paths), the Smarter folder
+    and the multi-llm tool."""
+    names = ("ragflow_plugin", "ragflow_agent_plugin", "smarter_ext")
+    folders = os.pathsep.join(str(SEEDS / name) for name in names)
     fleet = start_fleet(
         redis_url,
         f"{namespace}-seed-{uuid.uuid4().hex[:6]}",
@@ -96,6 +101,36 @@ def test_ragflow_plugin_file_loads_unchanged_and_keeps_integers(seed_client: Too
     assert result.status is Status.OK, result
     assert result.content == "103"
     assert seed_client.call(RAGFLOW, '{"a": 1.5, "b": 2}').content == "103.5"
+
+
+def test_a_plugin_file_on_ragflows_current_module_path_loads_unchanged(
+    seed_client: ToolClient, seed_fleet: Fleet
+) -> None:
+    """A plugin file importing ``agent.plugin.llm_tool_plugin`` serves beside one importing
+    ``plugin.llm_tool_plugin``, in the same worker: (1 + 2) * 10 is "30"."""
+    result = seed_client.call(RAGFLOW_AGENT, {"a": 1, "b": 2})
+    assert result.status is Status.OK, result
+    assert result.content == "30"
+    assert seed_client.call(RAGFLOW, {"a": 1, "b": 2}).content == "103"
+    assert "ragflow_agent_plugin" not in seed_fleet.log()  # no load problem reported
+    (shown,) = [t for t in seed_client.tools(format="display") if t["name"] == RAGFLOW_AGENT]
+    assert shown["display_name"] == "$t:scaled_adder.name"
+
+
+def test_both_ragflow_module_paths_name_one_base_class(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Named alone, a plugin on either path becomes an extension; both paths give the same
+    ``LLMToolPlugin``, so a plugin file may import either."""
+    from toolfleet.worker.registry.loader import load_spec
+
+    monkeypatch.syspath_prepend(str(SEEDS / "ragflow_agent_plugin"))
+    extension = load_spec("scaled_adder:ScaledAdderPlugin")
+    assert (extension.slug, extension.version) == ("scaled_adder", "1.0.0")
+    (spec,) = extension.validate()
+    assert extension.function_name(spec.name) == "ext_scaled_adder_scaled_adder"
+    import agent.plugin.llm_tool_plugin as current  # type: ignore[import-not-found]
+    import plugin.llm_tool_plugin as older  # type: ignore[import-not-found]
+
+    assert current.LLMToolPlugin is older.LLMToolPlugin
 
 
 def test_ragflow_display_fields_reach_the_catalog_and_a_display_listing(

@@ -158,3 +158,23 @@ def test_result_messages_load_with_the_sdk_types() -> None:
     block = result_message(anthropic.family, anthropic.calls[4], error)
     TypeAdapter(ToolResultBlockParam).validate_python(block)
     assert block["is_error"] is True and json.loads(block["content"])["error"]
+
+
+def test_a_repeated_id_marks_the_later_calls_of_every_family() -> None:
+    """Each family's later call repeating an id points at the first; distinct ids and calls
+    without an id (answered as malformed) are not duplicates."""
+    chat = [
+        {"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        for i in ("a", "b", "a", "", "")
+    ]
+    responses = [
+        {"type": "function_call", "call_id": i, "name": "f", "arguments": "{}"}
+        for i in ("a", "a", "b")
+    ]
+    anthropic = [{"type": "tool_use", "id": i, "name": "f", "input": {}} for i in ("x", "x", "x")]
+    for source, expected in (
+        (chat, [None, None, 0, None, None]),
+        (responses, [None, 0, None]),
+        (anthropic, [None, 0, 0]),
+    ):
+        assert [c.duplicate_of for c in parse_tool_calls(source).calls] == expected

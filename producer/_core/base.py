@@ -163,9 +163,11 @@ class ClientBase(ABC):
 
         ``tool_calls``: a Chat Completions, Responses or Anthropic message, its calls or
         blocks (dicts or SDK objects, :mod:`toolfleet.producer.turns`); one message per
-        call in that format. All are published at once under one deadline ``timeout_s``
-        away (still running then: ``timeout``). ``on_event`` gets each ``CallEvent`` on the
-        caller's thread (or loop); if it raises, the calls still running are canceled.
+        call in that format (per ``tool_call_id``: a later call repeating an id is answered
+        ``rejected``, unpublished, in its ``result`` event only). All are published at once
+        under one deadline ``timeout_s`` away (still running then: ``timeout``).
+        ``on_event`` gets each ``CallEvent`` on the caller's thread (or loop); if it
+        raises, the calls still running are canceled.
         ``max_result_bytes``: one budget for all the turn's results, split equally
         between its calls (at least 64 bytes each; :func:`turn_share`).
         ``idempotency_key``: as for :meth:`submit`, for each call of the turn by its

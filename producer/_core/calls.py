@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from toolfleet.producer._redis import DeadlinePassed
 from toolfleet.producer.backpressure import QueueLengths
 from toolfleet.producer.catalog import Catalog
-from toolfleet.producer.turns import TurnCall
+from toolfleet.producer.turns import TurnCall, duplicate_message
 from toolfleet.shared import codec
 from toolfleet.shared.catalog import Refusal
 from toolfleet.shared.errors import ClientError
@@ -372,6 +372,15 @@ def prepare_turn_call(
         lengths: the queue-length accounting.
         max_result_bytes: this call's share of the turn's result budget, bytes, or ``None``.
     """
+    if call.duplicate_of is not None:
+        return ToolCallResult(
+            id=new_call_id(),
+            tool_call_id=call.tool_call_id,
+            function=call.function,
+            status=Status.REJECTED,
+            content={"error": duplicate_message(call)},
+            queued_s=0.0,
+        )
     if call.problem:
         return ToolCallResult(
             id=new_call_id(),

@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 import redis
-from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from toolfleet.shared import codec
 from toolfleet.shared.extension_errors import current_errors
@@ -23,12 +23,11 @@ from toolfleet.shared.naming import (
     switches_key,
 )
 from toolfleet.shared.nearest import nearest_names
+from toolfleet.worker.cli.support import console
 from toolfleet.worker.registry.loader import load_all
 from toolfleet.worker.registry.registry import Registry
 
 __all__ = ["extensions", "switch"]
-
-console = Console()
 
 
 @click.group()
@@ -182,20 +181,24 @@ def check(
         reported = client.hgetall(extension_errors_key(fleet))  # type: ignore[assignment]
         fleet_mcp = _fleet_mcp_processes(client, fleet, settings.worker_ttl_s)
         client.close()
+    # what is printed is text, never rich markup (a slug or an error may hold "[/red]"),
+    # and holds no secret of an extension loaded here (its settings were read for the check)
+    shown = registry.redactor.scrub
     table = Table("extension", "version", "functions", "queue", "MCP server")
     for slug, extension in sorted(registry.extensions.items()):
         count = sum(1 for s in registry.served.values() if s.extension is extension)
-        table.add_row(
+        cells = (
             slug, extension.version, str(count), extension.queue_name,
             _mcp_cell(extension.mcp.transport if extension.mcp else None, fleet_mcp, slug),
         )  # fmt: skip
+        table.add_row(*(shown(cell) for cell in cells))
     console.print(table)
     problems = dict(registry.errors)
     if reported:
         for source, message in current_errors(reported, settings.worker_ttl_s).items():
             problems.setdefault(f"worker: {source}", message)
     for source, message in sorted(problems.items()):
-        console.print(f"[red]problem[/] {source}: {message}", highlight=False)
+        console.print(Text.assemble(("problem", "red"), " ", shown(f"{source}: {message}")))
     if problems:
         console.print(f"{len(problems)} extension(s) with problems")
     sys.exit(1 if problems else 0)

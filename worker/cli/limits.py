@@ -5,15 +5,13 @@ from __future__ import annotations
 import click
 import redis
 from pydantic import ValidationError
-from rich.console import Console
 from rich.table import Table
 
 from toolfleet.shared.group_copies import fleet_copy, hdel_everywhere, hset_everywhere
 from toolfleet.shared.tenancy.quotas import DEFAULT_SCOPE, Quota, limits_key
+from toolfleet.worker.cli.support import console
 
 __all__ = ["limits"]
-
-console = Console()
 
 
 @click.group()

@@ -20,7 +20,7 @@ from types import FrameType
 import click
 import redis
 from pydantic import ValidationError
-from rich.console import Console
+from rich.text import Text
 
 from toolfleet.shared import codec
 from toolfleet.shared.aggregates import read_window
@@ -43,7 +43,13 @@ from toolfleet.worker.cli.limits import limits
 from toolfleet.worker.cli.mcp_serve import mcp
 from toolfleet.worker.cli.ops import events, exporter, health
 from toolfleet.worker.cli.quality import quality
-from toolfleet.worker.cli.support import EXIT_FAILED, CliState, ToolfleetGroup, global_options
+from toolfleet.worker.cli.support import (
+    EXIT_FAILED,
+    CliState,
+    ToolfleetGroup,
+    console,
+    global_options,
+)
 from toolfleet.worker.cli.tool_text import display_text
 from toolfleet.worker.cli.top import top
 from toolfleet.worker.cli.ui import ui
@@ -62,8 +68,6 @@ from toolfleet.worker.supervision.redis_factory import load_factory
 from toolfleet.worker.supervision.supervisor import Supervisor, WorkerOptions
 
 __all__ = ["main"]
-
-console = Console()
 
 
 #: Statuses a producer answers when Redis may have gone away during the call.
@@ -273,9 +277,12 @@ def demo(
         obj.ping()
         settings.namespace = f"{settings.namespace}.demo.{uuid.uuid4().hex[:8]}"
     where = f"Redis {redacted_url(settings.redis_url)}" if settings.redis_url else "embedded Redis"
+    source = paths[0].name if len(paths) == 1 else f"{len(paths)} files"
     console.print(
-        f"[bold]toolfleet demo[/]: {where}, {processes} worker processes, "
-        f"{len(cases)} calls from {paths[0].name if len(paths) == 1 else f'{len(paths)} files'}",
+        Text.assemble(
+            ("toolfleet demo", "bold"),
+            f": {where}, {processes} worker processes, {len(cases)} calls from {source}",
+        ),
         highlight=False,
     )
     _exit_cleanly_on_termination()

@@ -8,7 +8,6 @@ import time
 
 import click
 import redis
-from rich.console import Console
 from rich.table import Column, Table
 
 from toolfleet.producer.catalog import read_entries
@@ -16,10 +15,9 @@ from toolfleet.shared import codec
 from toolfleet.shared.aggregates import read_window
 from toolfleet.shared.layout import KeyLayout
 from toolfleet.shared.quality import QualityRow, parse_duration, quality_rows
+from toolfleet.worker.cli.support import console
 
 __all__ = ["quality", "quality_table"]
-
-console = Console()
 
 
 def _duration(_ctx: click.Context, _param: click.Parameter, value: str) -> float:

@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 
 import click
 import redis
+from rich.console import Console
 
 from toolfleet.producer import ToolClient
 from toolfleet.shared.connect import sync_client
@@ -27,7 +28,7 @@ from toolfleet.shared.errors import ConfigurationError, ConnectionFailed, Toolfl
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.urls import check_redis_url, redacted_url
 
-__all__ = ["EXIT_FAILED", "CliState", "Outage", "ToolfleetGroup", "connection_failed"]
+__all__ = ["EXIT_FAILED", "CliState", "Outage", "ToolfleetGroup", "connection_failed", "console"]
 
 #: Exit status of a command that could not reach Redis or was misconfigured.
 EXIT_FAILED = 2
@@ -36,6 +37,11 @@ EXIT_FAILED = 2
 CLI_TIMEOUT_S = 10.0
 
 _WHERE = "pass --redis-url or set TOOLFLEET_REDIS_URL"
+
+#: Where every command prints: text is text, never rich markup (a slug, a switch name, an
+#: error message or a value read from Redis may hold ``[/red]``, which markup would swallow
+#: or fail on); a command styles its own words with ``rich.text.Text`` instead.
+console = Console(markup=False)
 
 
 class CliState:

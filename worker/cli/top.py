@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 import redis
-from rich.console import Console, Group, RenderableType
+from rich.console import Group, RenderableType
 from rich.live import Live
 from rich.table import Column, Table
 from rich.text import Text
@@ -26,13 +26,12 @@ from toolfleet.shared.naming import (
     workers_key,
 )
 from toolfleet.worker.cli.ops import watching_client
-from toolfleet.worker.cli.support import Outage
+from toolfleet.worker.cli.support import Outage, console
 from toolfleet.worker.cli.top_layout import Section, fit_rows, middle_cut
 from toolfleet.worker.cli.top_tenancy import tenancy_sections
 
 __all__ = ["render_top", "top"]
 
-console = Console()
 
 #: Seconds of events ``top`` summarises per function.
 WINDOW_S = 60.0

@@ -159,7 +159,10 @@ class MessageHandler:
         """
         early = self.pipeline.admit(request, bound)
         if early is not None:
-            if early.status is Status.UNKNOWN_FUNCTION and self._may_hand_back(request, ack):
+            elsewhere = early.status is Status.UNKNOWN_FUNCTION or (
+                self.pipeline.registry.pinned_elsewhere(request)  # another version's schema
+            )
+            if elsewhere and self._may_hand_back(request, ack):
                 return early
             accepted = early.status is not Status.REJECTED  # counted as requested before
             requested = self.observer.requested(request) if accepted else None

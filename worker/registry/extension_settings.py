@@ -3,7 +3,8 @@
 Each setting reads the environment variable its manifest names, else
 ``TOOLFLEET_EXT_<SLUG>_<NAME>``; a file of that name in the secrets directory
 (``TOOLFLEET_SECRETS_DIR``, e.g. a mounted Kubernetes Secret) is read too. Secret settings
-are ``SecretStr``: their values print as ``**********`` and are scrubbed from replies and logs.
+are ``SecretStr``: their values print as ``**********`` and are scrubbed from replies and logs;
+a secret value too short to scrub safely is refused.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from toolfleet.shared.errors import ConfigurationError
 from toolfleet.shared.extension import Extension
 from toolfleet.shared.manifest import SETTING_TYPES, SettingSpec
 from toolfleet.shared.naming import sanitize_slug
+from toolfleet.worker.registry.redaction import MIN_SECRET_CHARS
 
 __all__ = ["env_name", "load_settings", "secret_values"]
 
@@ -31,8 +33,11 @@ def load_settings(extension: Extension, secrets_dir: Path | None = None) -> Base
     """Read ``extension``'s settings; ``None`` when it declares none.
 
     Raises:
-        ConfigurationError: a required setting is missing or a value has the wrong type;
-            the message names the variable, never a value.
+        ConfigurationError: a required setting is missing, a value has the wrong type, or
+            a secret value is shorter than
+            :data:`~toolfleet.worker.registry.redaction.MIN_SECRET_CHARS` characters (too
+            short to scrub from text without mangling it, so it could not be kept out of
+            logs and replies); the message names the variable, never a value.
     """
     if not extension.settings:
         return None
@@ -66,7 +71,21 @@ def load_settings(extension: Extension, secrets_dir: Path | None = None) -> Base
             for e in exc.errors(include_input=False)
         )
         raise ConfigurationError(f"extension {extension.slug!r}: {problems}") from None
+    short = [
+        f"{s.name} ({env_name(extension.slug, s)})"
+        for s in extension.settings
+        if s.secret and 0 < len(_plain(getattr(loaded, s.name))) < MIN_SECRET_CHARS
+    ]
+    if short:
+        raise ConfigurationError(
+            f"extension {extension.slug!r}: secret setting {', '.join(short)} is shorter than "
+            f"{MIN_SECRET_CHARS} characters, too short to redact safely; use a longer value"
+        )
     return loaded
+
+
+def _plain(value: Any) -> str:
+    return value.get_secret_value() if isinstance(value, SecretStr) else str(value or "")
 
 
 def secret_values(settings: BaseModel | None) -> set[str]:

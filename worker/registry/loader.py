@@ -4,9 +4,10 @@ A folder is an extension when it holds a manifest (``extension.toml``, or a
 ``pyproject.toml`` with ``[tool.toolfleet]`` or its alias ``[tool.smarter]``); its
 ``entry = "module:attr"`` names the tools inside the folder (the folder is put on
 ``sys.path``), or its ``[mcp]`` table an MCP server whose tools the worker lists when it
-starts the server. A RAGFlow plugin file (``from plugin.llm_tool_plugin import
-LLMToolPlugin``) imports unchanged: the loader aliases that module to
-:mod:`toolfleet.shared.ragflow` when no ``plugin`` package is installed. A source that fails to
+starts the server. A RAGFlow plugin file (``from agent.plugin.llm_tool_plugin import
+LLMToolPlugin``, or the older ``plugin.llm_tool_plugin``) imports unchanged: the loader
+aliases both module paths to :mod:`toolfleet.shared.ragflow`, each when no package of its
+first name is installed. A source that fails to
 import, has an invalid manifest, or is not an extension is reported in the returned
 error map and skipped; it never stops the others.
 """
@@ -80,7 +81,7 @@ def _bare_tool_extension(obj: Any, module: str) -> Extension:
 
 
 def _resolve(module_name: str, attr: str) -> Any:
-    install_import_alias()  # RAGFlow plugin files import plugin.llm_tool_plugin
+    install_import_alias()  # RAGFlow plugin files import (agent.)plugin.llm_tool_plugin
     obj: Any = importlib.import_module(module_name)
     for part in attr.split("."):
         obj = getattr(obj, part)

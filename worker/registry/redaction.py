@@ -12,9 +12,14 @@ from urllib.parse import quote, quote_plus
 
 from toolfleet.shared import codec
 
-__all__ = ["REDACTED", "Redactor", "variants"]
+__all__ = ["MIN_SECRET_CHARS", "REDACTED", "Redactor", "variants"]
 
 REDACTED = "[redacted]"
+
+#: Shortest secret value scrubbed: a shorter one would match ordinary text (a word, a
+#: number), so an extension setting declared secret with a shorter value is refused at load
+#: (:func:`~toolfleet.worker.registry.extension_settings.load_settings`).
+MIN_SECRET_CHARS = 4
 
 
 class Redactor:
@@ -28,8 +33,9 @@ class Redactor:
     longest form is replaced first.
 
     Args:
-        secrets: plain secret values; values shorter than 4 characters are ignored
-            (they would match ordinary text).
+        secrets: plain secret values; values shorter than :data:`MIN_SECRET_CHARS` are
+            ignored (they would match ordinary text; extension settings that short are
+            refused before they get here).
 
     Attributes:
         secrets: the plain values known.
@@ -48,7 +54,7 @@ class Redactor:
 
     def add(self, secrets: set[str]) -> None:
         """Learn more secret values (their forms are computed here, once)."""
-        fresh = {s for s in secrets if len(s) >= 4} - self.secrets
+        fresh = {s for s in secrets if len(s) >= MIN_SECRET_CHARS} - self.secrets
         if not fresh:
             return
         self.secrets |= fresh

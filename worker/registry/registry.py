@@ -24,6 +24,7 @@ from toolfleet.shared.extension import Extension
 from toolfleet.shared.naming import function_names
 from toolfleet.shared.spec import ToolSpec
 from toolfleet.shared.tool import ExtensionContext
+from toolfleet.shared.wire import ToolCallRequest
 from toolfleet.worker.registry.extension_settings import load_settings, secret_values
 from toolfleet.worker.registry.redaction import Redactor
 from toolfleet.worker.registry.served_tool import ServedTool
@@ -75,6 +76,8 @@ class Registry:
             (:mod:`toolfleet.shared.catalog_life`); set at each catalog heartbeat.
         listed: the names the fleet's catalog lists (a live worker serves them), as of
             this process's last catalog heartbeat.
+        live_schemas: function -> the schema hashes the fleet's live workers serve of it
+            (this process's included), as of its last catalog heartbeat.
     """
 
     def __init__(
@@ -100,6 +103,7 @@ class Registry:
         self.withdrawn: set[str] = set()
         self.contested: dict[str, str] = {}
         self.listed: frozenset[str] = frozenset()
+        self.live_schemas: dict[str, frozenset[str]] = {}
         self._withdrawn_lock = threading.Lock()
         self._settings: dict[str, BaseModel | None] = {}
 
@@ -126,6 +130,8 @@ class Registry:
         if extension.slug in self.extensions:
             raise ConfigurationError(f"extension {extension.slug!r} is loaded already")
         settings = load_settings(extension, self.secrets_dir)
+        # known before anything can fail: an MCP server's start error may quote a secret
+        self.redactor.add(secret_values(settings))
         if extension.mcp is not None:
             if not self.start_mcp:
                 return
@@ -139,7 +145,6 @@ class Registry:
             raise
         self.extensions[extension.slug] = extension
         self._settings[extension.slug] = settings
-        self.redactor.add(secret_values(settings))
         for switch in extension.switches:
             self.switches.defaults[extension.switch_name(switch.name)] = switch.default
         for item in served:
@@ -198,6 +203,7 @@ class Registry:
                 continue
             try:
                 settings = load_settings(extension, self.secrets_dir)
+                self.redactor.add(secret_values(settings))
                 self._mcp_servers().begin(extension, settings)
             except ConfigurationError:
                 continue  # add_extension reports it
@@ -205,7 +211,7 @@ class Registry:
     def _note_tool_problems(self, slug: str, problems: list[str]) -> None:
         source = f"MCP tools of {slug}"
         if problems:
-            self.errors[source] = "; ".join(problems)
+            self.errors[source] = self.redactor.scrub("; ".join(problems))
             log.error("extension %s: %s", slug, self.errors[source])
         else:
             self.errors.pop(source, None)
@@ -289,13 +295,27 @@ class Registry:
                     extension.validate()
                 unservable = extension.preflight() if extension.preflight is not None else None
                 if unservable:  # the host lacks something (bubblewrap): not the extension's fault
+                    unservable = self.redactor.scrub(unservable)
                     self.errors[source] = f"extension {extension.slug!r}: {unservable}"
                     log.log(self.unservable_log_level, _UNSERVABLE, source, unservable)
                     continue
                 self._add(extension)
             except ConfigurationError as exc:
-                self.errors[source] = str(exc)
-                log.error("extension %s skipped: %s", source, exc)
+                self.errors[source] = self.redactor.scrub(str(exc))
+                log.error("extension %s skipped: %s", source, self.errors[source])
+
+    def pinned_elsewhere(self, request: ToolCallRequest) -> bool:
+        """True when ``request`` is pinned to a schema another live worker serves, not this.
+
+        A rolling upgrade changed the function's schema, and a worker of the version the
+        call was pinned to still serves it: the call is handed back to its queue for that
+        worker, not refused. O(1).
+        """
+        asked = request.schema_hash
+        served = self.served.get(request.function)
+        if asked is None or served is None or asked == served.schema_hash:
+            return False
+        return asked in self.live_schemas.get(request.function, ())
 
     @property
     def queues(self) -> set[str]:

@@ -23,6 +23,7 @@ from pathlib import Path
 import redis
 
 from toolfleet.shared.errors import ConfigurationError
+from toolfleet.shared.urls import check_redis_url
 from toolfleet.worker.supervision.redis_factory import redis_client
 
 __all__ = [
@@ -185,6 +186,8 @@ def check_ready(
     if not redis_url and not factory:
         return HealthReport(False, "no Redis URL configured")
     try:
+        if not factory:
+            check_redis_url(redis_url or "")  # a malformed URL is the one-line reason
         options = {"socket_timeout": 2, "socket_connect_timeout": 2}
         redis_client(redis_url or "", factory=factory, **options).ping()
     except ConfigurationError as exc:

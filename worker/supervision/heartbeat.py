@@ -21,7 +21,7 @@ from dramatiq.brokers.redis import RedisBroker
 from toolfleet.shared import aggregates as agg
 from toolfleet.shared import codec
 from toolfleet.shared.catalog_epoch import REPUBLISH_SCRIPT
-from toolfleet.shared.catalog_life import PUBLISH_SCRIPT, contested_message
+from toolfleet.shared.catalog_life import PUBLISH_SCRIPT, contested_message, live_schemas
 from toolfleet.shared.extension_errors import WorkerErrors
 from toolfleet.shared.group_copies import restore_group_copy
 from toolfleet.shared.naming import (
@@ -32,6 +32,7 @@ from toolfleet.shared.naming import (
     catalog_live_key,
     catalog_owners_key,
     catalog_recovering_key,
+    catalog_schemas_key,
     catalog_workers_key,
     events_key,
     extension_errors_key,
@@ -157,6 +158,7 @@ class CatalogPublisher:
         self._remembered = sorted(as_text(name) for name in replies[-1])
         pairs = [as_text(v) for v in replies[1][0]]
         self.registry.listed = frozenset(as_text(v) for v in replies[1][2])
+        self.registry.live_schemas = live_schemas(replies[1][3])
         self._note_contested(dict(zip(pairs[::2], pairs[1::2], strict=True)), served)
         self._beat(now)
         self.registry.switches.refresh(self.client)
@@ -181,6 +183,7 @@ class CatalogPublisher:
         ns = self.namespace
         keys = [catalog_key(ns), catalog_live_key(ns), catalog_owners_key(ns)]
         keys += [catalog_workers_key(ns, name) for name in served]
+        keys += [catalog_schemas_key(ns, name) for name in served]
         lifetime_ms = max(1, int(self.worker_ttl_s * 3000))
         args: list[Any] = [repr(now), repr(now - self.worker_ttl_s), self.worker_id, lifetime_ms]
         group = group_of_namespace(ns)  # on a cluster, entries name their group
@@ -189,7 +192,7 @@ class CatalogPublisher:
             entry = codec.dumps(
                 {**self.registry.catalog_entry(item).model_dump(mode="json"), **tagged}
             )
-            args += [name, item.identity, entry]
+            args += [name, item.identity, entry, item.schema_hash]
         return keys, args
 
     def _note_contested(self, contested: dict[str, str], served: dict[str, ServedTool]) -> None:
@@ -308,10 +311,17 @@ class CatalogPublisher:
             raise
 
     def withdraw(self) -> None:
-        """Remove this worker from every queue's live set and its error report (on shutdown)."""
+        """Remove this worker's heartbeats, schemas and error report (on shutdown).
+
+        From every queue's live set and every served name's schemas set.
+        """
         pipe = pipeline(self.client)
         for queue in self.queues:
             pipe.zrem(workers_key(self.namespace, queue), self.worker_id)
+        for name, item in self.registry.served.items():
+            if item.queue in self.queues:
+                member = f"{item.schema_hash} {self.worker_id}"
+                pipe.zrem(catalog_schemas_key(self.namespace, name), member)
         pipe.hdel(mcp_servers_key(self.namespace), self.worker_id)
         pipe.hdel(extension_errors_key(self.namespace), self.worker_id)
         pipe.hdel(worker_info_key(self.namespace), self.worker_id)
