@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
+from toolfleet.shared.buckets import PROMETHEUS_BUCKETS_S
+
 __all__ = [
     "BREAKER_OPEN",
     "BREAKER_REFUSED",
@@ -60,8 +62,11 @@ def child(metric: M, *labels: str) -> M:
     return found
 
 
-#: Execution-time buckets, 5 ms to 60 s.
-DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+#: Execution-time and queue-wait buckets, 1 ms to 100 s, 20 a decade (about 12 % wide):
+#: every second bound of the per-minute aggregates', so the dashboard's
+#: ``histogram_quantile`` and the ops page read the same bucket edges
+#: (:mod:`toolfleet.shared.buckets`).
+DURATION_BUCKETS = PROMETHEUS_BUCKETS_S
 
 #: ``function`` labels are served function names, any other name counts under ``unknown``
 #: (:func:`toolfleet.shared.metric_labels.function_label`); never accounts.
