@@ -15,6 +15,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
 from toolfleet.shared.buckets import PROMETHEUS_BUCKETS_S
+from toolfleet.worker.supervision.supervisor_counts import CALLS_HELP, CALLS_LABELS, CALLS_NAME
 
 __all__ = [
     "BREAKER_OPEN",
@@ -101,11 +102,7 @@ CONCURRENCY_WAIT = Histogram(
 )
 #: ``model`` labels are the names in the ``quality_models`` allow-list, ``other`` or
 #: ``none`` (:func:`toolfleet.shared.metric_labels.model_label`).
-CALLS = Counter(
-    "toolfleet_tool_calls_total",
-    "Tool calls answered, by function, extension, status and model.",
-    ["function", "extension", "status", "model"],
-)
+CALLS = Counter(CALLS_NAME + "_total", CALLS_HELP, CALLS_LABELS)  # the supervisor adds too
 CALL_DURATION = Histogram(
     "toolfleet_tool_call_duration_seconds",
     "Time a tool ran, seconds.",

@@ -1,0 +1,162 @@
+"""Every terminal status is counted once, wherever the fleet counts calls."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+from test_fleet_metrics import ALERTS, _promtool
+
+from conftest import Fleet, delete_namespace, start_fleet, toolfleet_command
+from toolfleet.producer import ToolClient
+from toolfleet.shared import Status
+from toolfleet.shared.aggregates import read_window
+from toolfleet.shared.failures import search
+from toolfleet.shared.naming import events_key
+from toolfleet.ui.snapshot import read_snapshot
+
+HOG = "ext_promise_hog"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _calls_samples(port: int) -> list[Any]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return [
+        s
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "toolfleet_tool_calls_total"
+    ]
+
+
+@pytest.fixture
+def hog_fleet(
+    redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Fleet, int]]:
+    """One worker process of two threads serving the promise tools, with /metrics."""
+    port = _free_port()
+    tmp = tmp_path_factory.mktemp("hogcount")
+    saved = os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    ns = f"{namespace}-hc-{uuid.uuid4().hex[:6]}"
+    try:
+        fleet = start_fleet(
+            redis_url, ns, tmp / "worker.log", processes=1, threads=2,
+            extra=["--extension", "promise_tools:extension"],
+            env={"TOOLFLEET_METRICS_PORT": str(port), "TMPDIR": str(tmp)},
+        )  # fmt: skip
+    finally:
+        if saved is not None:
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = saved
+    yield fleet, port
+    fleet.stop()
+    delete_namespace(redis_url, ns)
+
+
+def _until(check: Any, what: str, timeout_s: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.3)
+    raise AssertionError(f"{what} within {timeout_s} s")
+
+
+def test_a_call_the_watchdog_answers_is_counted_once_everywhere(
+    hog_fleet: tuple[Fleet, int], tmp_path: Path
+) -> None:
+    """A thread tool holding the GIL for 3 s past its 1 s limit is answered timeout by the
+    watchdog; its process's late result is discarded. The call is counted once, as
+    ``timeout``, in ``toolfleet_tool_calls_total``, the aggregates (``toolfleet quality``,
+    the ops page), the events stream and the failures index; and the error-ratio alert,
+    fed the series the fleet exposed, fires for the tool."""
+    fleet, port = hog_fleet
+    with ToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
+        result = client.call(HOG, {"seconds": 3}, timeout_s=30)
+    assert result.status is Status.TIMEOUT, result
+    time.sleep(4)  # the GIL is back: the process's own late answer came and was discarded
+    r = redis.Redis.from_url(fleet.redis_url)
+
+    def counted() -> list[Any]:
+        return [s for s in _calls_samples(port) if s.labels["function"] == HOG]
+
+    samples = _until(counted, "the watchdog's timeout reached /metrics")
+    assert [(s.labels["status"], s.value) for s in samples] == [("timeout", 1.0)], samples
+
+    def aggregated() -> dict[str, int]:
+        cells = read_window(r, fleet.namespace, since_s=time.time() - 600).totals(function=HOG)
+        return cells[0].statuses if cells else {}
+
+    assert _until(aggregated, "the aggregates counted the call") == {"timeout": 1}
+    snapshot = read_snapshot(r, fleet.namespace, worker_ttl_s=3600)
+    tool = snapshot.tool(HOG)
+    assert tool is not None and tool.by_status.get("timeout") == 1 and tool.total == 1
+    assert [f.id for f in snapshot.failures] == [result.id]
+    out = subprocess.run(
+        [toolfleet_command(), "quality", "--since", "10m", "--format", "json", "--tool", HOG],
+        env={**os.environ, "TOOLFLEET_REDIS_URL": fleet.redis_url,
+             "TOOLFLEET_NAMESPACE": fleet.namespace},
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    (row,) = json.loads(out.stdout)["rows"]
+    assert row["calls"] == 1, row
+
+    events = [
+        json.loads(fields[b"event"])
+        for _, fields in r.xrange(events_key(fleet.namespace))
+        if json.loads(fields[b"event"]).get("id") == result.id
+    ]
+    assert [(e["kind"], e["status"]) for e in events] == [("tool_responded", "timeout")]
+    assert [f["status"] for f in search(r, [fleet.namespace], result.id)] == ["timeout"]
+
+    # the alert, fed the fleet's own series of the hanging tool, growing by one a minute
+    promtool = _promtool()
+    shutil.copy(ALERTS, tmp_path / "alerts.yml")
+    series = []
+    for s in samples:
+        labels = {**s.labels, "job": "toolfleet-worker", "namespace": "toolfleet"}
+        text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        series.append({"series": f"toolfleet_tool_calls_total{{{text}}}", "values": "1+1x30"})
+    tests = {
+        "rule_files": ["alerts.yml"],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": series,
+            "alert_rule_test": [{
+                "eval_time": "20m", "alertname": "ToolfleetErrorRatioHigh",
+                "exp_alerts": [{
+                    "exp_labels": {"severity": "page"},
+                    "exp_annotations": {
+                        "summary": "More than 5% of tool calls end crashed, timeout, expired "
+                                   "or rejected.",
+                        "description": "100% of calls failed for reasons the model cannot fix.",
+                    },
+                }],
+            }],
+        }],
+    }  # fmt: skip
+    (tmp_path / "tests.yml").write_text(yaml.safe_dump(tests, sort_keys=False))
+    done = subprocess.run(
+        [promtool, "test", "rules", "tests.yml"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
