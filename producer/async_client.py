@@ -108,6 +108,8 @@ class AsyncToolClient(ClientBase):
         self._catalog.watch = self._core.slots.queues
         self._publisher = AsyncPublisher(self._redis, ns, QuotaDefaults.from_settings(settings),
                                          settings.reply_ttl_s, self._keys)  # fmt: skip
+        self._publisher.refusals = self._core.refusals  # written with each publish
+        self._core.refusals.on_pending = self._publisher.flush_later
         self._follower = AsyncFollower(self._redis, self._core.following, self._core.table)
         #: on a cluster: the one client the reply listeners of every group share
         self._reply_cluster: Any = None

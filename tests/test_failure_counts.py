@@ -160,3 +160,112 @@ def test_a_call_the_watchdog_answers_is_counted_once_everywhere(
         cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+ECHO = "ext_fleet_test_echo"
+
+
+@pytest.fixture
+def refusing_fleet(
+    redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Fleet]:
+    ns = f"{namespace}-rf-{uuid.uuid4().hex[:6]}"
+    fleet = start_fleet(redis_url, ns, tmp_path_factory.mktemp("refusing") / "worker.log",
+                        processes=1, threads=2)  # fmt: skip
+    yield fleet
+    fleet.stop()
+    delete_namespace(redis_url, ns)
+
+
+def _producer_calls(**labels: str) -> float:
+    from toolfleet.producer import metrics
+
+    value = metrics.REGISTRY.get_sample_value(
+        "toolfleet_tool_calls_total", {"extension": "", "model": "none", **labels}
+    )
+    return value or 0.0
+
+
+def test_refusals_the_producer_answers_are_counted_once_everywhere(
+    refusing_fleet: Fleet,
+) -> None:
+    """3 calls to an unknown function and 4 calls over an account's quota, answered by the
+    producer itself (nothing published): each is counted once in the producer's
+    ``toolfleet_tool_calls_total``, the aggregates (``toolfleet quality``, the ops page's
+    refusals table), the events stream and the failures index, without a write per call."""
+    from toolfleet.shared.tenancy.quotas import Quota, limits_key
+
+    fleet = refusing_fleet
+    r = redis.Redis.from_url(fleet.redis_url)
+    r.hset(limits_key(fleet.namespace), "tenant-slow",
+           Quota(per_s=0.01, burst=1).model_dump_json(exclude_none=True))  # fmt: skip
+    unknown_before = _producer_calls(function="unknown", status="unknown_function")
+    rejected_before = _producer_calls(function=ECHO, status="rejected")
+    with ToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
+        unknown = [client.call("ext_fleet_test_nope", {}, timeout_s=10) for _ in range(3)]
+        quota = [
+            client.call(ECHO, {"text": "x"}, context={"account": "tenant-slow"}, timeout_s=10)
+            for _ in range(5)
+        ]
+        assert [u.status for u in unknown] == [Status.UNKNOWN_FUNCTION] * 3
+        assert [q.status for q in quota] == [Status.OK] + [Status.REJECTED] * 4, quota
+        refused = unknown + quota[1:]
+        assert _producer_calls(function="unknown", status="unknown_function") == (
+            unknown_before + 3
+        )
+        assert _producer_calls(function=ECHO, status="rejected") == rejected_before + 4
+
+    def aggregated() -> dict[str, dict[str, int]]:
+        window = read_window(r, fleet.namespace, since_s=time.time() - 600)
+        found = {c.function: c.statuses for c in window.totals()}
+        done = found.get(ECHO, {}).get("ok") and found.get(ECHO, {}).get("rejected")
+        return found if done and found.get("unknown") else {}
+
+    found = _until(aggregated, "the refusals reached the aggregates")
+    assert found == {"unknown": {"unknown_function": 3}, ECHO: {"ok": 1, "rejected": 4}}
+    tool = read_snapshot(r, fleet.namespace, worker_ttl_s=3600).tool(ECHO)
+    assert tool is not None and tool.by_status.get("rejected") == 4
+
+    events = [json.loads(fields[b"event"]) for _, fields in r.xrange(events_key(fleet.namespace))]
+    for result in refused:
+        mine = [e for e in events if e.get("id") == result.id]
+        assert [(e["kind"], e["status"], e["worker"]) for e in mine] == [
+            ("tool_responded", result.status.value, "producer")
+        ], mine
+        assert [f["status"] for f in search(r, [fleet.namespace], result.id)] == [
+            result.status.value
+        ]
+    out = subprocess.run(
+        [toolfleet_command(), "quality", "--since", "10m", "--format", "json"],
+        env={**os.environ, "TOOLFLEET_REDIS_URL": fleet.redis_url,
+             "TOOLFLEET_NAMESPACE": fleet.namespace},
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    rows = {row["function"]: row["calls"] for row in json.loads(out.stdout)["rows"]}
+    assert rows == {"unknown": 3, ECHO: 5}, rows
+
+
+def test_an_async_client_that_only_refuses_writes_its_refusals_within_seconds(
+    refusing_fleet: Fleet,
+) -> None:
+    """An AsyncToolClient whose calls all go to an unknown function publishes nothing: its
+    refusals are written by its periodic flush (one pipeline), while it stays open."""
+    import asyncio
+
+    from toolfleet.producer import AsyncToolClient
+
+    fleet = refusing_fleet
+    r = redis.Redis.from_url(fleet.redis_url)
+
+    async def run() -> list[str]:
+        async with AsyncToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
+            results = [await client.call("ext_fleet_test_nowhere", {}) for _ in range(4)]
+            assert {res.status for res in results} == {Status.UNKNOWN_FUNCTION}
+            await asyncio.sleep(3)  # the client stays open: nothing rides along, the timer writes
+            found = [f["id"] for f in search(r, [fleet.namespace], "ext_fleet_test_nowhere")]
+            assert sorted(found) == sorted(res.id for res in results)
+            return found
+
+    asyncio.run(run())
+    window = read_window(r, fleet.namespace, since_s=time.time() - 600)
+    assert {c.function: c.statuses for c in window.totals()} == {"unknown": {"unknown_function": 4}}
