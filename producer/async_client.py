@@ -108,8 +108,6 @@ class AsyncToolClient(ClientBase):
         self._catalog.watch = self._core.slots.queues
         self._publisher = AsyncPublisher(self._redis, ns, QuotaDefaults.from_settings(settings),
                                          settings.reply_ttl_s, self._keys)  # fmt: skip
-        self._publisher.refusals = self._core.refusals  # written with each publish
-        self._core.refusals.on_pending = self._publisher.flush_later
         self._follower = AsyncFollower(self._redis, self._core.following, self._core.table)
         #: on a cluster: the one client the reply listeners of every group share
         self._reply_cluster: Any = None
@@ -119,6 +117,7 @@ class AsyncToolClient(ClientBase):
         #: on a cluster, a listener per queue group's reply list (the first one's timer
         #: expires every call)
         self._group_listeners: dict[str, AsyncReplyListener] = {}
+        self._core.refusals.attach(self._publisher)  # written with each publish
 
     def _after_fork(self) -> None:
         """In a forked child: a fresh identity and state, bound to the child's first loop."""

@@ -270,8 +270,7 @@ class ToolClient(ClientBase):
         self._catalog.watch = self._core.slots.queues
         self._publisher = Publisher(self._redis, ns, QuotaDefaults.from_settings(settings),
                                     settings.reply_ttl_s, self._keys)  # fmt: skip
-        self._publisher.refusals = self._core.refusals  # written with each publish
-        self._core.refusals.on_pending = self._publisher.flush_later
+        self._core.refusals.attach(self._publisher)  # written with each publish
         self._follower = Follower(self._redis, self._core.following, self._core.table)
         self._listener = ReplyListener(lambda: self._connection("reply"), self.reply_to,
                                        self._core.table, self._redis, ns,

@@ -81,6 +81,15 @@ class RefusalLog:
         #: publisher's periodic flush arms its timer
         self.on_pending: Callable[[], None] | None = None
 
+    def attach(self, publisher: Any) -> None:
+        """Have ``publisher`` write what is kept, with each publish or on its own.
+
+        ``publisher``: a :class:`~toolfleet.producer.publish.Publisher` or
+        ``AsyncPublisher`` (its ``flush_later`` runs when no publish comes).
+        """
+        publisher.refusals = self
+        self.on_pending = publisher.flush_later
+
     @property
     def pending(self) -> bool:
         """Whether refusals wait to be written."""

@@ -269,3 +269,60 @@ def test_an_async_client_that_only_refuses_writes_its_refusals_within_seconds(
     asyncio.run(run())
     window = read_window(r, fleet.namespace, since_s=time.time() - 600)
     assert {c.function: c.statuses for c in window.totals()} == {"unknown": {"unknown_function": 4}}
+
+
+@pytest.fixture
+def two_process_fleet(
+    redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Fleet, int]]:
+    """Two worker processes of the test tools, with /metrics."""
+    port = _free_port()
+    tmp = tmp_path_factory.mktemp("crashcount")
+    saved = os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    ns = f"{namespace}-cc-{uuid.uuid4().hex[:6]}"
+    try:
+        env = {"TOOLFLEET_METRICS_PORT": str(port), "TMPDIR": str(tmp)}
+        fleet = start_fleet(redis_url, ns, tmp / "worker.log", processes=2, threads=2, env=env)
+    finally:
+        if saved is not None:
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = saved
+    yield fleet, port
+    fleet.stop()
+    delete_namespace(redis_url, ns)
+
+
+def test_a_call_whose_process_died_is_counted_once_as_crashed(
+    two_process_fleet: tuple[Fleet, int], tmp_path: Path
+) -> None:
+    """A call running when its worker process is killed is answered ``crashed`` once, and
+    counted once: ``toolfleet_tool_calls_total``, the aggregates, the events stream and
+    the failures index."""
+    import signal
+
+    fleet, port = two_process_fleet
+    pid_file = tmp_path / "pid"
+    function = "ext_fleet_test_pid_sleep"
+    with ToolClient(fleet.redis_url, namespace=fleet.namespace) as client:
+        future = client.submit(function, {"path": str(pid_file), "seconds": 30}, timeout_s=60)
+        _until(lambda: pid_file.exists() and pid_file.read_text(), "the tool started")
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        result = future.result(timeout=90)
+    assert result.status is Status.CRASHED, result
+    r = redis.Redis.from_url(fleet.redis_url)
+
+    def counted() -> list[Any]:
+        return [s for s in _calls_samples(port) if s.labels["function"] == function]
+
+    samples = _until(counted, "the crash reached /metrics")
+    assert [(s.labels["status"], s.value) for s in samples] == [("crashed", 1.0)], samples
+
+    def aggregated() -> dict[str, int]:
+        window = read_window(r, fleet.namespace, since_s=time.time() - 600)
+        cells = window.totals(function=function)
+        return cells[0].statuses if cells else {}
+
+    assert _until(aggregated, "the aggregates counted the crash") == {"crashed": 1}
+    events = [json.loads(fields[b"event"]) for _, fields in r.xrange(events_key(fleet.namespace))]
+    mine = [(e["kind"], e["status"]) for e in events if e.get("id") == result.id]
+    assert mine == [("tool_responded", "crashed")]
+    assert [f["status"] for f in search(r, [fleet.namespace], result.id)] == ["crashed"]
