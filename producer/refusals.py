@@ -106,7 +106,7 @@ class RefusalLog:
         metrics.CALLS.labels(label, "", status, model).inc()
         now = time.time()
         if self.settings.aggregates_ttl_s > 0:
-            self._counts.record(label, model, status, queued_s=result.queued_s, at_s=now)
+            self._counts.record(label, model, status, at_s=now)  # it never queued or ran
         if self.settings.failures_retention_s > 0:
             self._failed.add(
                 fl.record(

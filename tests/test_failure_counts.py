@@ -326,3 +326,25 @@ def test_a_call_whose_process_died_is_counted_once_as_crashed(
     mine = [(e["kind"], e["status"]) for e in events if e.get("id") == result.id]
     assert mine == [("tool_responded", "crashed")]
     assert [f["status"] for f in search(r, [fleet.namespace], result.id)] == ["crashed"]
+
+
+def test_producer_refusals_are_written_in_batches_not_per_call(counting_server: Any) -> None:
+    """200 calls refused by a producer (no fleet: ``not_available``) cost one ZADD of the
+    failures index and a few HINCRBY of the aggregates per write (a write a second at
+    most, when nothing is published), not a write per call."""
+    from private_redis import command_counts
+
+    client = redis.Redis.from_url(counting_server.url)
+    client.config_resetstat()
+    with ToolClient(counting_server.url, namespace="batched") as calls:
+        futures = [calls.submit("ext_nobody_serves", {}, timeout_s=10) for _ in range(200)]
+        assert {f.result(timeout=30).status for f in futures} == {Status.NOT_AVAILABLE}
+        time.sleep(2.5)  # the periodic flush (nothing was published to ride along)
+    counts = command_counts(client)
+    assert client.zcard("batched:failures") == 200
+    assert client.xlen("batched:events") == 200
+    print("\ncommands for 200 refusals:", sorted(counts.items()))
+    writes = counts.get("zadd", 0)
+    assert 1 <= writes <= 10, counts  # one per second of submitting, at most
+    assert counts.get("hincrby", 0) <= 3 * writes, counts
+    assert counts.get("multi", 0) == 0 and counts.get("exec", 0) == 0

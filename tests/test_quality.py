@@ -257,8 +257,13 @@ def test_demo_prints_the_quality_report_of_its_traffic(tmp_path: Path) -> None:
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     report = out.stdout.split("quality (toolfleet quality)", 1)[1]
-    first = report.splitlines()[4]  # the worst row: after the title, the header and rules
-    assert "ext_bfcl_math_factorial" in first and "demo/model-b" in first
+    rows = [line for line in report.splitlines()[4:] if line.startswith("│ ") and "│ demo/" in line]
+    # worst first: the calls the producer refused (names no worker serves: 100% not ok,
+    # one row per model), then the worst served tool
+    refused = [row for row in rows if row.split("│")[1].strip() == "unknown"]
+    assert len(refused) == 2 and rows[:2] == refused
+    assert all("unknown_function 100%" in row for row in refused)
+    assert "ext_bfcl_math_factorial" in rows[2] and "demo/model-b" in rows[2]
     assert "verbose (extra) x1" in report and "n (missing) x1" in report
     asked = report.split("unknown functions (this producer)", 1)[1]
     assert "ext_bfcl_math_gdc" in asked and "demo/model-b" in asked
