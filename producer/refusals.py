@@ -81,12 +81,16 @@ class RefusalLog:
         #: publisher's periodic flush arms its timer
         self.on_pending: Callable[[], None] | None = None
 
-    def attach(self, publisher: Any) -> None:
+    def attach(self, publisher: Any, prefix: str | None = None) -> None:
         """Have ``publisher`` write what is kept, with each publish or on its own.
 
         ``publisher``: a :class:`~toolfleet.producer.publish.Publisher` or
-        ``AsyncPublisher`` (its ``flush_later`` runs when no publish comes).
+        ``AsyncPublisher`` (its ``flush_later`` runs when no publish comes). ``prefix``:
+        the key prefix to write under, if not the namespace (on a cluster, the default
+        queue group's, one of those the ops page and ``toolfleet quality`` read).
         """
+        if prefix is not None:
+            self.namespace = prefix
         publisher.refusals = self
         self.on_pending = publisher.flush_later
 
