@@ -49,7 +49,7 @@ from toolfleet.producer.publish import AsyncPublisher
 from toolfleet.producer.stream import TurnState, TurnStream
 from toolfleet.shared.connect import is_cluster
 from toolfleet.shared.errors import ClientError
-from toolfleet.shared.naming import extension_errors_key
+from toolfleet.shared.naming import DEFAULT_GROUP, extension_errors_key
 from toolfleet.shared.pipelines import pipeline
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.tenancy.enqueue import QuotaDefaults
@@ -117,6 +117,7 @@ class AsyncToolClient(ClientBase):
         #: on a cluster, a listener per queue group's reply list (the first one's timer
         #: expires every call)
         self._group_listeners: dict[str, AsyncReplyListener] = {}
+        self._core.refusals.attach(self._publisher, self._keys.group(DEFAULT_GROUP))
 
     def _after_fork(self) -> None:
         """In a forked child: a fresh identity and state, bound to the child's first loop."""

@@ -48,7 +48,7 @@ from toolfleet.producer.listener import ReplyListener
 from toolfleet.producer.publish import Publisher
 from toolfleet.producer.stream import SyncTurnStream, TurnState
 from toolfleet.shared.connect import is_cluster
-from toolfleet.shared.naming import extension_errors_key
+from toolfleet.shared.naming import DEFAULT_GROUP, extension_errors_key
 from toolfleet.shared.pipelines import pipeline
 from toolfleet.shared.settings import Settings
 from toolfleet.shared.tenancy.enqueue import QuotaDefaults
@@ -270,6 +270,7 @@ class ToolClient(ClientBase):
         self._catalog.watch = self._core.slots.queues
         self._publisher = Publisher(self._redis, ns, QuotaDefaults.from_settings(settings),
                                     settings.reply_ttl_s, self._keys)  # fmt: skip
+        self._core.refusals.attach(self._publisher, self._keys.group(DEFAULT_GROUP))
         self._follower = Follower(self._redis, self._core.following, self._core.table)
         self._listener = ReplyListener(lambda: self._connection("reply"), self.reply_to,
                                        self._core.table, self._redis, ns,

@@ -13,6 +13,7 @@ import weakref
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 __all__ = [
+    "CALLS",
     "CALL_DURATION",
     "LATE_REPLIES",
     "REFUSED",
@@ -77,7 +78,19 @@ UNKNOWN_FUNCTIONS = Counter(
     registry=REGISTRY,
 )
 
-_ALL = (CALL_DURATION, LATE_REPLIES, REFUSED, UNKNOWN_FUNCTIONS)
+#: The calls this producer answered itself (never published: an unknown function, no live
+#: worker, over a quota, an open breaker, a bad call), under the workers' metric name and
+#: labels, so ``sum(toolfleet_tool_calls_total)`` over workers and producers counts every
+#: call once. ``extension`` is empty; ``function`` is ``unknown`` for a name the catalog
+#: does not hold (:mod:`toolfleet.producer.refusals`).
+CALLS = Counter(
+    "toolfleet_tool_calls_total",
+    "Tool calls answered, by function, extension, status and model.",
+    ["function", "extension", "status", "model"],
+    registry=REGISTRY,
+)
+
+_ALL = (CALL_DURATION, CALLS, LATE_REPLIES, REFUSED, UNKNOWN_FUNCTIONS)
 
 
 def register(registry: CollectorRegistry = REGISTRY) -> None:

@@ -44,6 +44,7 @@ import redis.asyncio
 
 from toolfleet.producer._core.keyspace import KeySpace
 from toolfleet.producer._redis import DeadlinePassed
+from toolfleet.producer.refusals import FLUSH_S, RefusalLog
 from toolfleet.shared import tracing
 from toolfleet.shared.idempotency import Duplicate, Idempotency
 from toolfleet.shared.naming import actor_name_for
@@ -312,6 +313,28 @@ class Publisher:
         self._waiting: list[_Entry] = []
         self._thread: threading.Thread | None = None
         self._closed = False
+        #: the calls the client answered itself: written with each publish, or by
+        #: :meth:`flush_later` (see :mod:`toolfleet.producer.refusals`)
+        self.refusals: RefusalLog | None = None
+
+    def flush_later(self) -> None:
+        """Write the refusals kept in :data:`FLUSH_S` s unless a publish takes them first."""
+        timer = threading.Timer(FLUSH_S, self._flush_refusals)
+        timer.daemon = True
+        timer.name = "toolfleet-refusals"
+        timer.start()
+
+    def _flush_refusals(self) -> None:
+        refusals = self.refusals
+        if refusals is None or not refusals.pending or self._closed:
+            return
+        pipe = pipeline(self._client)
+        drained = refusals.drain_into(pipe)
+        try:
+            pipe.execute()
+        except Exception as exc:  # noqa: BLE001 - kept for the next write; one line
+            refusals.restore(drained)
+            log.warning("refused calls not counted in Redis yet: %s", exc)
 
     def prepare(
         self,
@@ -403,8 +426,10 @@ class Publisher:
     def close(self) -> None:
         """Stop the publisher: calls still waiting get a ``redis.ConnectionError``.
 
-        A batch under way finishes on its own (not waited for).
+        A batch under way finishes on its own (not waited for). Refusals not yet written
+        are written now, in one pipeline (best effort: a failure is one log line).
         """
+        self._flush_refusals()
         with self._ready:
             self._closed = True
             left, self._waiting = self._waiting, []
@@ -454,7 +479,15 @@ class Publisher:
         pipe = pipeline(self._client)
         for keys, args in runs:
             pipe.evalsha(self._script.sha, len(keys), *keys, *args)
-        return list(pipe.execute(raise_on_error=False))
+        refusals = self.refusals
+        drained = refusals.drain_into(pipe) if refusals is not None else None
+        try:
+            replies = list(pipe.execute(raise_on_error=False))
+        except BaseException:
+            if refusals is not None and drained:
+                refusals.restore(drained)
+            raise
+        return replies[: len(runs)]  # the refusals' replies ride along unread
 
 
 def _closed() -> redis.ConnectionError:
@@ -491,6 +524,37 @@ class AsyncPublisher:
         self._script = client.register_script(ENQUEUE_SCRIPT)
         self._waiting: list[_Entry] = []
         self._flushing: asyncio.Task[None] | None = None
+        #: the calls the client answered itself: written with each publish, or by
+        #: :meth:`flush_later` (see :mod:`toolfleet.producer.refusals`)
+        self.refusals: RefusalLog | None = None
+        self._timers: set[asyncio.Task[None]] = set()
+
+    def flush_later(self) -> None:
+        """Write the refusals kept in :data:`FLUSH_S` s unless a publish takes them first.
+
+        Called on the client's event loop (where the refusals are answered); without a
+        running loop the refusals wait for the next publish.
+        """
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        task = loop.create_task(self._flush_refusals())
+        self._timers.add(task)
+        task.add_done_callback(self._timers.discard)
+
+    async def _flush_refusals(self) -> None:
+        await asyncio.sleep(FLUSH_S)
+        refusals = self.refusals
+        if refusals is None or not refusals.pending:
+            return
+        pipe = pipeline(self._client)
+        drained = refusals.drain_into(pipe)
+        try:
+            await pipe.execute()
+        except Exception as exc:  # noqa: BLE001 - kept for the next write; one line
+            refusals.restore(drained)
+            log.warning("refused calls not counted in Redis yet: %s", exc)
 
     def prepare(
         self,
@@ -626,4 +690,12 @@ class AsyncPublisher:
         pipe = pipeline(self._client)
         for keys, args in runs:
             pipe.evalsha(self._script.sha, len(keys), *keys, *args)
-        return list(await pipe.execute(raise_on_error=False))
+        refusals = self.refusals
+        drained = refusals.drain_into(pipe) if refusals is not None else None
+        try:
+            replies = list(await pipe.execute(raise_on_error=False))
+        except BaseException:
+            if refusals is not None and drained:
+                refusals.restore(drained)
+            raise
+        return replies[: len(runs)]  # the refusals' replies ride along unread

@@ -79,6 +79,7 @@ __all__ = [
     "default_queue_for",
     "events_key",
     "extension_errors_key",
+    "failures_key",
     "extension_for",
     "extension_switch",
     "FLEET_WIDE",
@@ -484,6 +485,14 @@ def slots_key(namespace: str) -> str:
 def events_key(namespace: str) -> str:
     """The capped Redis stream of lifecycle events (``tool_requested``, ``tool_responded``)."""
     return f"{namespace}:events"
+
+
+def failures_key(namespace: str) -> str:
+    """The failures index: a sorted set of failed calls, scored by when they were answered.
+
+    Layout and bounds: :mod:`toolfleet.shared.failures`.
+    """
+    return f"{namespace}:failures"
 
 
 def mcp_servers_key(namespace: str) -> str:

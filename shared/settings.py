@@ -67,6 +67,12 @@ class Settings(BaseSettings):
             counts as ``other`` (:func:`toolfleet.shared.metric_labels.model_label`).
         aggregates_ttl_s: seconds each minute of the call aggregates lives in Redis
             (:mod:`toolfleet.shared.aggregates`); 0 turns them off (nothing is counted).
+        failures_retention_s: seconds a failed call (any status but ``ok``) stays
+            findable by id on the ops page's failures page and with ``toolfleet events
+            --call`` (:mod:`toolfleet.shared.failures`); 0 keeps no failures index.
+        failures_max: most failed calls the failures index keeps per key prefix (the
+            oldest go first): with ``failures_retention_s``, the bound of its memory
+            (about 400 bytes a call).
         claim_replicas: replicas a worker's claim of a non-idempotent tool's call must
             reach (``WAIT``) before the tool runs, so that a master's failover does not
             lose the claim and run the call twice; ``None`` (the default): 1 when the
@@ -115,6 +121,8 @@ class Settings(BaseSettings):
         default_factory=list, max_length=64
     )
     aggregates_ttl_s: int = Field(default=86_400, ge=0)
+    failures_retention_s: int = Field(default=86_400, ge=0)
+    failures_max: int = Field(default=200_000, ge=1)
     affinity_ttl_s: int = Field(default=3600, ge=1)
     claim_replicas: int | None = Field(default=None, ge=0)
     claim_replicas_timeout_ms: int = Field(default=100, ge=1, le=60_000)

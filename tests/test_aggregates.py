@@ -80,7 +80,7 @@ def test_percentiles_come_from_the_fixed_buckets_summed_across_minutes(
 ) -> None:
     """p50/p95 are read from bucket counts added over minutes (interpolated inside a bucket)."""
     acc = Accumulator()
-    for i in range(90):  # 90 calls in the bucket (0.01, 0.025], 10 in (0.5, 1.0]
+    for i in range(90):  # 90 calls in the bucket (0.01995, 0.02113], 10 in (0.8913, 0.9441]
         acc.record(FN, "m", "ok", run_s=0.02, at_s=T0 + (i % 3) * 60)
     for _ in range(10):
         acc.record(FN, "m", "ok", run_s=0.9, at_s=T0 + 120)
@@ -89,9 +89,10 @@ def test_percentiles_come_from_the_fixed_buckets_summed_across_minutes(
     (cell,) = read_window(r, ns, since_s=T0, until_s=T0 + 180).totals()
 
     assert cell.run.count == 100
-    # rank 50 of 90 in (0.01, 0.025]: 0.01 + 0.015 * 50/90; rank 95: 5th of 10 in (0.5, 1.0]
-    assert cell.run.quantile(0.5) == pytest.approx(0.01 + 0.015 * 50 / 90)
-    assert cell.run.quantile(0.95) == pytest.approx(0.5 + 0.5 * 5 / 10)
+    # bounds 10^(-68/40), 10^(-67/40) and 10^(-2/40), 10^(-1/40) to four digits:
+    # rank 50 of 90 in the first bucket, rank 95 the 5th of 10 in the second
+    assert cell.run.quantile(0.5) == pytest.approx(0.01995 + (0.02113 - 0.01995) * 50 / 90)
+    assert cell.run.quantile(0.95) == pytest.approx(0.8913 + (0.9441 - 0.8913) * 5 / 10)
     assert cell.run.mean_s == pytest.approx((90 * 0.02 + 10 * 0.9) / 100)
     assert cell.wait.quantile(0.5) is None
 

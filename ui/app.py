@@ -49,7 +49,7 @@ from toolfleet.ui.auth import LOGIN_COOKIE, SESSION_COOKIE, Principal, Role, Ses
 from toolfleet.ui.config import UiConfig
 from toolfleet.ui.dead_letters import RetryRefused, delete_dead_letter, retry
 from toolfleet.ui.poller import Poller
-from toolfleet.ui.snapshot import Snapshot, read_snapshot
+from toolfleet.ui.snapshot import Failure, Snapshot, read_snapshot
 
 __all__ = ["CSP", "create_app"]
 
@@ -139,8 +139,10 @@ def create_app(config: UiConfig) -> Starlette:
             return PlainTextResponse(f"the fleet's Redis does not answer: {exc}", status_code=503)
         q = request.query_params.get("q", "").strip()
         lookup = await _lookup(client, snapshot, q) if name == "failures" else None
+        matches = await _search(client, snapshot, q) if name == "failures" else None
         context = views.context(
-            name, snapshot, q=q, lookup=lookup, may_act=may_act(who), csrf=csrf_for(who),
+            name, snapshot, q=q, lookup=lookup, matches=matches, may_act=may_act(who),
+            csrf=csrf_for(who),
             role=who.role.value, base=base(request), error=poller.error,
             message=request.query_params.get("message", ""),
             login=config.sessions is not None, read_only=config.read_only,
@@ -156,9 +158,12 @@ def create_app(config: UiConfig) -> Starlette:
             return PlainTextResponse("no such page", status_code=404)
         q = request.query_params.get("q", "").strip()
         lookup = None
+        matches = None
         if name == "failures":
             try:
-                lookup = await _lookup(client, await poller.current(), q)
+                current = await poller.current()
+                lookup = await _lookup(client, current, q)
+                matches = await _search(client, current, q)
             except redis.RedisError:
                 lookup = None
         template = templates.get_template(f"{name}.html")
@@ -174,6 +179,7 @@ def create_app(config: UiConfig) -> Starlette:
                         snapshot,
                         q=q,
                         lookup=lookup,
+                        matches=matches,
                         may_act=acting,
                         csrf=token,
                         role=who.role.value,
@@ -366,6 +372,14 @@ def _back(request: Request, base: str, page: str, message: str) -> Response:
 
     target = "/" if page == "overview" else f"/{page}"
     return RedirectResponse(f"{base}{target}?{urlencode({'message': message})}", status_code=303)
+
+
+async def _search(client: redis.Redis, snapshot: Snapshot, q: str) -> list[Failure] | None:
+    """The failed calls a search for ``q`` finds in the whole failures index (None: no ``q``)."""
+    if not q:
+        return None
+    prefixes = list(snapshot.group_prefixes) or [snapshot.namespace]
+    return await anyio.to_thread.run_sync(views.search_failures, client, prefixes, q)
 
 
 async def _lookup(client: redis.Redis, snapshot: Snapshot, q: str) -> views.Lookup | None:

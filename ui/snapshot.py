@@ -2,13 +2,14 @@
 
 Everything comes from what the fleet keeps in Redis: the catalog, heartbeats and worker
 infos, the switches, limits and breakers, the queues' heads, the dead-letter sets, the
-tail of the events stream and the per-minute aggregates (:mod:`toolfleet.ui.activity`).
+failures index and the per-minute aggregates (:mod:`toolfleet.ui.activity`).
 Nothing is remembered between reads, so a restarted ``ui`` process shows the same
 numbers, and nothing is scanned: the commands one read sends depend on how many queues,
 functions and worker processes the fleet has, never on how many calls it ran (the
 figures are in ``docs/ui.md``). Four pipelined round trips:
 
-1. catalog, switches, limits, worker infos and the events tail;
+1. catalog, switches, limits, worker infos and the newest failed calls (the failures
+   index, :mod:`toolfleet.shared.failures`);
 2. per queue: live workers, depth, dead letters (the newest :data:`DEAD_LETTERS_SHOWN`
    ids), the head of each lane (the ``queue_heads`` script of
    :mod:`toolfleet.shared.scripts`); per function: breaker and held concurrency slots;
@@ -19,10 +20,10 @@ figures are in ``docs/ui.md``). Four pipelined round trips:
 On a Redis Cluster the keys live where :class:`~toolfleet.shared.layout.KeyLayout`
 says: catalog, heartbeats and the fleet copies of switches and limits in the fleet's
 slot; each queue's keys, its functions' breakers and slots, and each group's worker
-infos, events stream and aggregates in the slot of the queue's group (which the catalog
-entries name). The worker infos and events of every group are then read in a round
-trip of their own, after the catalog has named the groups; the events of all groups are
-merged, newest first. The commands are sent in order through
+infos, failures index and aggregates in the slot of the queue's group (which the catalog
+entries name). The worker infos and failures of every group are then read in a round
+trip of their own, after the catalog has named the groups; the failures of all groups
+are merged, newest first. The commands are sent in order through
 :func:`toolfleet.shared.pipelines.pipeline` (redis-py's cluster pipeline refuses
 ``EVALSHA``); still none is a ``KEYS`` or a ``SCAN``.
 """
@@ -43,7 +44,7 @@ from toolfleet.shared.naming import (
     catalog_key,
     concurrency_key,
     dead_letters_key,
-    events_key,
+    failures_key,
     inflight_key,
     queue_key,
     queue_msgs_key,
@@ -62,21 +63,21 @@ from toolfleet.ui.dead_letters import DeadLetter, parse_dead_letter
 
 __all__ = [
     "DEAD_LETTERS_SHOWN",
-    "EVENTS_READ",
+    "FAILURES_READ",
     "Breaker",
     "Failure",
     "QueueState",
     "Snapshot",
     "WorkerState",
+    "parse_failures",
     "read_snapshot",
 ]
 
-#: Newest events read per refresh (the failures page searches these).
-EVENTS_READ = 500
+#: Newest failed calls read per refresh from the failures index (the failures page lists
+#: these; a search reads the whole index, :func:`toolfleet.shared.failures.search`).
+FAILURES_READ = 100
 #: Newest dead letters shown per queue.
 DEAD_LETTERS_SHOWN = 20
-#: The statuses the failures page lists.
-FAILURE_STATUSES = frozenset({"tool_error", "timeout", "crashed"})
 
 #: The waiting calls of one queue: lengths and the oldest entry's send time.
 _QUEUE_HEADS = scripts.script("queue_heads")
@@ -133,7 +134,7 @@ class Breaker:
 
 @dataclass(frozen=True)
 class Failure:
-    """A recent failed call, from a ``tool_responded`` event (secrets already redacted)."""
+    """A failed call, any status but ``ok``, from the failures index (no secret in it)."""
 
     id: str
     function: str
@@ -244,7 +245,7 @@ def read_snapshot(
         grouped = pipeline(client)
         _queue_group_reads(grouped, prefixes)
         replies = [*replies[:3], *grouped.execute()]
-    infos, info_prefixes, raw_events = _group_replies(prefixes, replies[3:])
+    infos, info_prefixes, raw_failures = _group_replies(prefixes, replies[3:])
     of_queue = {queue: layout.of_queue(queue) for queue in queues}
 
     second = pipeline(client)
@@ -295,7 +296,7 @@ def read_snapshot(
         declared_switches=_declared(catalog),
         quotas=_quotas(raw_limits),
         breakers=tuple(breakers),
-        failures=tuple(_failures(raw_events)),
+        failures=tuple(parse_failures(raw_failures)),
         dead_letters=tuple(dead),
         activity=activity,
         queue_prefixes=of_queue,
@@ -304,38 +305,29 @@ def read_snapshot(
 
 
 def _queue_group_reads(pipe: Any, prefixes: Sequence[str]) -> None:
-    """Queue each group's worker infos and events tail on ``pipe`` (two commands a group)."""
+    """Queue each group's worker infos and newest failures on ``pipe`` (two commands a group)."""
     for prefix in prefixes:
         pipe.hgetall(worker_info_key(prefix))
-        pipe.xrevrange(events_key(prefix), count=EVENTS_READ)
+        pipe.zrevrange(failures_key(prefix), 0, FAILURES_READ - 1)
 
 
 def _group_replies(
     prefixes: Sequence[str], replies: Sequence[Any]
 ) -> tuple[list[WorkerInfo], list[str], list[Any]]:
-    """The worker infos (with each one's group prefix) and the newest events of all groups.
+    """The worker infos (with each one's group prefix) and the newest failures of all groups.
 
-    Events of several groups are merged by their stream ids (milliseconds first), newest
-    first, and cut to :data:`EVENTS_READ`.
+    Failures of several groups are merged (:func:`parse_failures` orders them newest first).
     """
     infos: list[WorkerInfo] = []
     info_prefixes: list[str] = []
     events: list[Any] = []
     for i, prefix in enumerate(prefixes):
-        raw_infos, raw_events = replies[2 * i : 2 * i + 2]
+        raw_infos, raw_failures = replies[2 * i : 2 * i + 2]
         found = parse_worker_infos(raw_infos)
         infos += found
         info_prefixes += [prefix] * len(found)
-        events += raw_events
-    if len(prefixes) > 1:
-        events.sort(key=lambda row: _stream_id(row[0]), reverse=True)
-        events = events[:EVENTS_READ]
+        events += raw_failures
     return infos, info_prefixes, events
-
-
-def _stream_id(raw: bytes | str) -> tuple[int, int]:
-    ms, _, seq = as_text(raw).partition("-")
-    return int(ms), int(seq or 0)
 
 
 def _queue_heads(pipe: Any, client: Any, keys: list[str]) -> None:
@@ -418,16 +410,18 @@ def _breakers(functions: list[str], values: list[Any], now: float) -> list[Break
     return found
 
 
-def _failures(rows: list[Any]) -> list[Failure]:
+def parse_failures(members: Sequence[Any]) -> list[Failure]:
+    """:class:`Failure` rows of failures index members (or records), newest first.
+
+    At most :data:`FAILURES_READ`; members that do not decode are skipped.
+    """
     found = []
-    for _id, fields in rows:
+    for member in members:
         try:
-            event = codec.loads(fields[b"event"])
-        except (KeyError, codec.DecodeError):
+            event = member if isinstance(member, dict) else codec.loads(member)
+        except codec.DecodeError:
             continue
-        if not isinstance(event, dict) or event.get("kind") != "tool_responded":
-            continue
-        if event.get("status") not in FAILURE_STATUSES:
+        if not isinstance(event, dict) or "id" not in event:
             continue
         found.append(
             Failure(
@@ -440,7 +434,8 @@ def _failures(rows: list[Any]) -> list[Failure]:
                 at=float(event.get("at") or 0),
             )
         )
-    return found
+    found.sort(key=lambda f: -f.at)
+    return found[:FAILURES_READ]
 
 
 def _declared(catalog: list[CatalogEntry]) -> dict[str, bool]:

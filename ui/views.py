@@ -15,10 +15,10 @@ from typing import Any
 import redis
 from markupsafe import Markup, escape
 
-from toolfleet.shared import codec
+from toolfleet.shared import codec, failures
 from toolfleet.shared.naming import SLOT_INFIX, extension_switch, outcome_key
 from toolfleet.ui.activity import WINDOW_MINUTES
-from toolfleet.ui.snapshot import Failure, Snapshot
+from toolfleet.ui.snapshot import Failure, Snapshot, parse_failures
 
 __all__ = [
     "FILTERS",
@@ -28,6 +28,7 @@ __all__ = [
     "context",
     "looks_like_call_id",
     "lookup_call",
+    "search_failures",
     "sparkline",
     "switchable",
 ]
@@ -69,13 +70,26 @@ def looks_like_call_id(q: str) -> bool:
     return bool(_CALL_ID.match(q))
 
 
+def search_failures(client: redis.Redis, namespace: str | Sequence[str], q: str) -> list[Failure]:
+    """Failed calls whose id, function or account holds ``q`` (any case), newest first.
+
+    From the whole failures index (:func:`toolfleet.shared.failures.search`).
+    """
+    prefixes = [namespace] if isinstance(namespace, str) else list(namespace)
+    return parse_failures(failures.search(client, prefixes, q, FAILURES_SHOWN))
+
+
 def lookup_call(client: redis.Redis, namespace: str | Sequence[str], call_id: str) -> Lookup:
-    """The recorded outcome of ``call_id`` (kept for the outcome TTL).
+    """The recorded outcome of ``call_id``.
+
+    Kept for the outcome TTL, and a failed call's for the failures retention
+    (:mod:`toolfleet.shared.failures`).
 
     Args:
         client: a Redis client of the fleet.
         namespace: the key prefix, or several (on a cluster each queue group's: an outcome
-            is in its call's group's slot): one ``GET`` per prefix, until one has it.
+            is in its call's group's slot): one ``GET`` per prefix, until one has it; then
+            a search of the failures index.
         call_id: the call's id.
     """
     prefixes = [namespace] if isinstance(namespace, str) else list(namespace)
@@ -85,7 +99,11 @@ def lookup_call(client: redis.Redis, namespace: str | Sequence[str], call_id: st
         if raw is not None:
             break
     if raw is None:
-        return Lookup(call_id)
+        found = [f for f in search_failures(client, prefixes, call_id) if f.id == call_id]
+        if not found:
+            return Lookup(call_id)
+        failed = found[0]
+        return Lookup(call_id, failed.status, failed.function, failed.error, failed.worker)
     try:
         envelope = codec.loads(raw)
         result = envelope.get("result", envelope)
@@ -136,6 +154,7 @@ def context(
     *,
     q: str = "",
     lookup: Lookup | None = None,
+    matches: Sequence[Failure] | None = None,
     may_act: bool,
     csrf: str,
     role: str,
@@ -145,8 +164,15 @@ def context(
     login: bool = False,
     read_only: bool = False,
 ) -> dict[str, Any]:
-    """The template context of ``page``: the snapshot and what the page derives from it."""
-    failures = [f for f in snapshot.failures if not q or _matches(f, q)][:FAILURES_SHOWN]
+    """The template context of ``page``: the snapshot and what the page derives from it.
+
+    ``matches``: the failed calls a search for ``q`` found in the whole failures index
+    (else the snapshot's newest ones are filtered by ``q``).
+    """
+    if matches is not None:
+        listed = list(matches)[:FAILURES_SHOWN]
+    else:
+        listed = [f for f in snapshot.failures if not q or _matches(f, q)][:FAILURES_SHOWN]
     tools = sorted(snapshot.activity.tools.values(), key=lambda t: (-t.total, t.function))
     seen = {status for tool in tools for status, n in tool.by_status.items() if n}
     shown = [st for st in STATUS_ORDER if st == "ok" or st in seen]
@@ -161,7 +187,7 @@ def context(
         "verdict": verdict,
         "tools": tools,
         "statuses": shown,
-        "failures": failures,
+        "failures": listed,
         "q": q,
         "lookup": lookup,
         "switches": switchable(snapshot),

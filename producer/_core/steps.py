@@ -57,6 +57,7 @@ from toolfleet.producer.catalog import Catalog
 from toolfleet.producer.events import CallEvent, preparing_event
 from toolfleet.producer.hooks import fire_refused, fire_requested
 from toolfleet.producer.publish import Outcome
+from toolfleet.producer.refusals import RefusalLog
 from toolfleet.producer.stream import TurnState
 from toolfleet.producer.turns import TurnCall, parse_tool_calls
 from toolfleet.shared.affinity import decode_route
@@ -236,6 +237,9 @@ class ProducerCore:
         self._on_follow = on_follow
         self.lengths = QueueLengths(config.settings.max_queue_length)
         self.slots = SlotWatch()
+        #: the calls this client answered itself, for the fleet's counts (the shell's
+        #: publisher writes them with its next publish, or on its own after a while)
+        self.refusals = RefusalLog(config.namespace, config.settings)
 
     def slot_wait_s(self, deadline: float) -> float:
         """Seconds a call may wait for a slot: ``submit_timeout_s``, never past ``deadline``."""
@@ -317,7 +321,9 @@ class ProducerCore:
             return
         if isinstance(outcome, Refused):  # over a quota or breaker open: nothing published
             count_refused(label, outcome.reason)
-            self.table.answer(request.id, outcome.result(request))
+            answer = outcome.result(request)
+            self.refusals.record(answer, request.context)
+            self.table.answer(request.id, answer)
             return
         refusal = publish_refusal(outcome)
         if refusal is None:
@@ -325,6 +331,8 @@ class ProducerCore:
             # resolves it otherwise (never report "not sent" for a call that may run)
             log.warning("publishing call %s may have failed: %s", request.id, outcome)
             return
+        self.refusals.record(local_result(request, refusal.status, refusal.message),
+                             request.context)  # fmt: skip
         self.table.resolve(request.id, refusal.status, refusal.message, queued_s=0.0)
         if not isinstance(outcome, REDIS_FAILURES):
             raise outcome
@@ -341,10 +349,11 @@ class ProducerCore:
             log.exception("publishing call %s failed", request.id)
 
     def _refused(self, result: ToolCallResult, context: CallContext) -> ToolCallResult:
-        """A call answered before publishing: counted (an unknown function) and signalled."""
+        """A call answered before publishing: counted and signalled."""
         if result.status is Status.UNKNOWN_FUNCTION:
             models = self.config.settings.quality_models
             count_unknown(result.function, context.llmclient, models)
+        self.refusals.record(result, context)
         return fire_refused(result, context)
 
     # -- operations ----------------------------------------------------------------------

@@ -16,6 +16,7 @@ from rich.console import Group
 from rich.table import Column, Table
 from rich.text import Text
 
+from toolfleet.shared.metric_labels import UNKNOWN_FUNCTION_LABEL
 from toolfleet.shared.quality import QualityRow
 from toolfleet.worker.devtools.replay import ReplayReport
 
@@ -116,11 +117,13 @@ def quality_part(rows: list[QualityRow], width: int) -> tuple[Group, list[str]]:
     """The quality report's pairs with a call not ok, and lines naming the failing fields.
 
     Pairs whose calls were all ``ok`` are counted in the caption, not listed
-    (``toolfleet quality`` lists every pair, with wait and run times).
+    (``toolfleet quality`` lists every pair, with wait and run times). Names no tool has
+    (the ``unknown`` rows of the producer's refusals) are left to :func:`unknown_table`.
 
     Returns:
         The table, and the failing-fields lines that follow it (wrapped to ``width``).
     """
+    rows = [row for row in rows if row.function != UNKNOWN_FUNCTION_LABEL]
     failed = [row for row in rows if row.failed]
     prefix = _shared_prefix(row.function for row in failed) if len(failed) > 1 else ""
     fine = len(rows) - len(failed)

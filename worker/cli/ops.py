@@ -14,13 +14,14 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from toolfleet.producer.catalog import read_entries
+from toolfleet.shared import codec, failures
 from toolfleet.shared.layout import KeyLayout
-from toolfleet.shared.naming import events_key
+from toolfleet.shared.naming import events_key, outcome_key
 from toolfleet.worker.cli.support import Outage
 from toolfleet.worker.supervision.exporter import DEFAULT_PORT, run_exporter
 from toolfleet.worker.supervision.health import check_live, check_ready
 
-__all__ = ["events", "exporter", "health", "watching_client"]
+__all__ = ["events", "exporter", "find_call", "health", "watching_client"]
 
 
 def watching_client(ctx: click.Context) -> redis.Redis:
@@ -38,11 +39,27 @@ def watching_client(ctx: click.Context) -> redis.Redis:
     "--count", type=int, default=0, help="Stop after this many events (0: follow forever)."
 )
 @click.option("--from-start", is_flag=True, help="Start with the oldest event kept, not new ones.")
+@click.option(
+    "--call",
+    "call_id",
+    metavar="ID",
+    default=None,
+    help="Print what the fleet keeps of call ID (a failed one for TOOLFLEET_FAILURES_RETENTION_S, "
+    "24 h by default) as one JSON line; exit 1 when it keeps nothing.",
+)
 @click.pass_context
-def events(ctx: click.Context, count: int, from_start: bool) -> None:
-    """Tail the lifecycle events stream as JSON lines."""
+def events(ctx: click.Context, count: int, from_start: bool, call_id: str | None) -> None:
+    """Tail the lifecycle events stream as JSON lines (or find one call with --call)."""
     client = watching_client(ctx)
     layout = KeyLayout.of(client, ctx.obj.settings.namespace)
+    if call_id is not None:
+        layout.learn(read_entries(client, layout.fleet, ctx.obj.settings.worker_ttl_s))
+        found = find_call(client, layout.prefixes(), call_id)
+        if found is None:
+            click.echo(f"no outcome or failure is kept for call {call_id}", err=True)
+            sys.exit(1)
+        click.echo(codec.dumps_str(found))
+        return
     outage = Outage(ctx.obj.settings.redis_url)
     start = "0-0" if from_start else "$"
     last: dict[Any, Any] = {}  # stream -> the id read up to
@@ -70,6 +87,29 @@ def events(ctx: click.Context, count: int, from_start: bool) -> None:
                         return
     except KeyboardInterrupt:
         pass
+
+
+def find_call(client: redis.Redis, prefixes: list[str], call_id: str) -> dict[str, Any] | None:
+    """What the fleet keeps of ``call_id``, or ``None``.
+
+    ``{"kind": "outcome", ...}``: its recorded result (any status, for the outcome TTL;
+    one ``GET`` per prefix); else ``{"kind": "failure", ...}``: its record in the failures
+    index (a failed call, for the failures retention; a ``ZSCAN`` walk of each prefix's).
+    """
+    for prefix in prefixes:
+        raw: Any = client.get(outcome_key(prefix, call_id))
+        if raw is None:
+            continue
+        try:
+            envelope = codec.loads(raw)
+        except codec.DecodeError:
+            return {"kind": "outcome", "id": call_id, "status": "unreadable"}
+        result = envelope.get("result", envelope) if isinstance(envelope, dict) else {}
+        return {"kind": "outcome", **result}
+    for record in failures.search(client, prefixes, call_id):
+        if record.get("id") == call_id:
+            return {"kind": "failure", **record}
+    return None
 
 
 #: Seconds between two reads of the catalog by ``events`` on a cluster (new groups' streams).

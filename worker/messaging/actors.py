@@ -267,6 +267,7 @@ class MessageHandler:
         except codec.EncodeError as exc:
             log.error("result of %s could not be encoded: %s", request.id, exc)
             posted = self.ledger.finish(request, self.pipeline.unencodable(request), ack=ack)
+        self.observer.answered(request, result, queue, posted)  # counted once it is written
         if posted == Posted.ALREADY_ANSWERED:
             log.warning(
                 "late %s result of %s (call %s) discarded: the call was answered already",

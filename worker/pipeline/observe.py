@@ -8,9 +8,11 @@ from typing import Any
 
 from toolfleet.shared import codec
 from toolfleet.shared.aggregates import Accumulator
+from toolfleet.shared.failures import FailureLog, record
 from toolfleet.shared.metric_labels import field_label, function_label, model_label
 from toolfleet.shared.signals import REDACTED, tool_requested, tool_responded
 from toolfleet.shared.wire import Status, ToolCallRequest, ToolCallResult
+from toolfleet.worker.pipeline.completer import Posted
 from toolfleet.worker.registry.registry import Registry
 from toolfleet.worker.supervision import metrics
 
@@ -33,6 +35,12 @@ class Observer:
         models: the model names counted by name (``quality_models``); others are ``other``.
         aggregates: counts each answered call for the per-minute aggregates the heartbeat
             writes (:mod:`toolfleet.shared.aggregates`); ``None``: they are off.
+        failures: keeps each failed call for the failures index the heartbeat writes
+            (:mod:`toolfleet.shared.failures`); ``None``: it is off.
+
+    A call is counted (:meth:`answered`) once its answer was written: a late result the
+    fleet discards (the watchdog answered ``timeout`` first, and counted that) is not
+    counted again.
     """
 
     def __init__(
@@ -42,8 +50,10 @@ class Observer:
         *,
         models: frozenset[str] = frozenset(),
         aggregates: Accumulator | None = None,
+        failures: FailureLog | None = None,
     ) -> None:
         self.registry = registry
+        self.failures = failures
         self.worker_id = worker_id
         self.models = models
         self.aggregates = aggregates
@@ -115,14 +125,21 @@ class Observer:
             tool_requested.send(request.function, **event)
         return event
 
-    def responded(
-        self, request: ToolCallRequest, result: ToolCallResult, queue: str, accepted: bool
-    ) -> dict[str, Any]:
-        """A reply is going out: metrics, ``tool_responded``, the per-call log line."""
+    def answered(
+        self, request: ToolCallRequest, result: ToolCallResult, queue: str, posted: int
+    ) -> None:
+        """Count a call whose answer was written, unless it came late and was discarded.
+
+        ``posted`` is what writing it returned (a :class:`Posted` value).
+
+        ``toolfleet_tool_calls_total``, the duration and wait histograms, the
+        invalid-arguments counters, the per-minute aggregates and, for any status but
+        ``ok``, the failures index: in memory, O(1).
+        """
+        if posted == Posted.ALREADY_ANSWERED:  # the first answer was counted
+            return
         slug, _ = self._extension(request.function)
         label = self._label(request.function)
-        if accepted:
-            metrics.child(metrics.IN_FLIGHT, self._in_flight.pop(request.id, label)).dec()
         model = model_label(request.context.llmclient, self.models)
         metrics.child(metrics.CALLS, label, slug, result.status.value, model).inc()
         if result.run_s is not None:
@@ -141,6 +158,29 @@ class Observer:
         if result.status is Status.INVALID_ARGUMENTS:
             metrics.INVALID_ARGUMENTS.labels(label, model).inc()
             self._count_fields(request.function, label, model, result.problems)
+        if self.failures is not None and not result.ok:
+            self.failures.add(
+                record(
+                    request.id,
+                    request.function,
+                    result.status.value,
+                    result.error,
+                    account=request.context.account,
+                    worker=self.worker_id,
+                )  # fmt: skip
+            )
+
+    def responded(
+        self, request: ToolCallRequest, result: ToolCallResult, queue: str, accepted: bool
+    ) -> dict[str, Any]:
+        """A reply is going out: in-flight gauge, ``tool_responded``, the per-call log line.
+
+        The call is counted once its reply is written (:meth:`answered`).
+        """
+        label = self._label(request.function)
+        if accepted:
+            metrics.child(metrics.IN_FLIGHT, self._in_flight.pop(request.id, label)).dec()
+        if result.status is Status.INVALID_ARGUMENTS:
             sent = self._raw_arguments(request)
             log.info("invalid arguments for %s (call %s): %s; the model sent: %s",
                      request.function, request.id, result.error, sent)  # fmt: skip

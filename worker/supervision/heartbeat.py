@@ -20,6 +20,7 @@ from dramatiq.brokers.redis import RedisBroker
 
 from toolfleet.shared import aggregates as agg
 from toolfleet.shared import codec
+from toolfleet.shared import failures as fl
 from toolfleet.shared.catalog_epoch import REPUBLISH_SCRIPT
 from toolfleet.shared.catalog_life import PUBLISH_SCRIPT, contested_message, live_schemas
 from toolfleet.shared.extension_errors import WorkerErrors
@@ -81,6 +82,11 @@ class CatalogPublisher:
             per-minute aggregates in the same pipeline (:func:`toolfleet.shared.aggregates.write`),
             and puts them back when the beat fails. ``None``: aggregates are off.
         aggregates_ttl_s: seconds each minute's aggregates live after a write.
+        failures: the failed calls kept since the last beat; each beat adds them to the
+            failures index in the same pipeline (:func:`toolfleet.shared.failures.write`)
+            and puts them back when the beat fails. ``None``: the index is off.
+        failures_retention_s: seconds a failure stays in the index.
+        failures_max: most failures the index keeps.
     """
 
     def __init__(
@@ -97,8 +103,14 @@ class CatalogPublisher:
         threads: int = 0,
         aggregates: agg.Accumulator | None = None,
         aggregates_ttl_s: int = 86_400,
+        failures: fl.FailureLog | None = None,
+        failures_retention_s: int = 86_400,
+        failures_max: int = 200_000,
     ) -> None:
         self.client = client
+        self.failures = failures
+        self.failures_retention_s = failures_retention_s
+        self.failures_max = failures_max
         self.threads = threads
         self._rtt_ms: float | None = None
         self._supervisor = f"{socket.gethostname()}:{os.getppid()}"
@@ -258,8 +270,7 @@ class CatalogPublisher:
         try:
             pipe.execute()
         except BaseException:
-            if drained and self.aggregates is not None:
-                self.aggregates.restore(drained)
+            self._restore(drained)
             raise
         self._rtt_ms = (time.perf_counter() - sent) * 1000
 
@@ -286,28 +297,42 @@ class CatalogPublisher:
         if gone:
             self.client.hdel(key, *gone)
 
-    def _drain_into(self, pipe: Any) -> agg.Pending:
-        if self.aggregates is None:
-            return {}
-        drained = self.aggregates.drain()
-        agg.write(pipe, self.namespace, drained, self.aggregates_ttl_s)
-        return drained
+    def _drain_into(self, pipe: Any) -> tuple[agg.Pending, list[dict[str, Any]]]:
+        """Queue the aggregates and failures counted since the last beat on ``pipe``."""
+        drained: agg.Pending = {}
+        failed: list[dict[str, Any]] = []
+        if self.aggregates is not None:
+            drained = self.aggregates.drain()
+            agg.write(pipe, self.namespace, drained, self.aggregates_ttl_s)
+        if self.failures is not None:
+            failed = self.failures.drain()
+            fl.write(pipe, self.namespace, failed, self.failures_retention_s, self.failures_max)
+        return drained, failed
+
+    def _restore(self, drained: tuple[agg.Pending, list[dict[str, Any]]]) -> None:
+        """Keep what :meth:`_drain_into` took for the next beat (its write failed)."""
+        counts, failed = drained
+        if counts and self.aggregates is not None:
+            self.aggregates.restore(counts)
+        if failed and self.failures is not None:
+            self.failures.restore(failed)
 
     def flush_aggregates(self) -> None:
         """Write the calls counted since the last beat now (at drain, after the last call).
+
+        Their aggregates and failures, in one round trip.
 
         Raises:
             redis.RedisError: Redis failed (the counts are kept for a later try).
         """
         pipe = self.client.pipeline(transaction=False)
         drained = self._drain_into(pipe)
-        if not drained:
+        if not drained[0] and not drained[1]:
             return
         try:
             pipe.execute()
         except BaseException:
-            if self.aggregates is not None:
-                self.aggregates.restore(drained)
+            self._restore(drained)
             raise
 
     def withdraw(self) -> None:

@@ -14,7 +14,9 @@ from typing import Any, TypeVar
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
+from toolfleet.shared.buckets import PROMETHEUS_BUCKETS_S
 from toolfleet.worker.supervision.crash_count import CRASH_LOOPS_HELP
+from toolfleet.worker.supervision.supervisor_counts import CALLS_HELP, CALLS_LABELS, CALLS_NAME
 
 __all__ = [
     "BREAKER_OPEN",
@@ -63,8 +65,11 @@ def child(metric: M, *labels: str) -> M:
     return found
 
 
-#: Execution-time buckets, 5 ms to 60 s.
-DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+#: Execution-time and queue-wait buckets, 1 ms to 100 s, 20 a decade (about 12 % wide):
+#: every second bound of the per-minute aggregates', so the dashboard's
+#: ``histogram_quantile`` and the ops page read the same bucket edges
+#: (:mod:`toolfleet.shared.buckets`).
+DURATION_BUCKETS = PROMETHEUS_BUCKETS_S
 
 #: ``function`` labels are served function names, any other name counts under ``unknown``
 #: (:func:`toolfleet.shared.metric_labels.function_label`); never accounts.
@@ -104,11 +109,7 @@ CONCURRENCY_WAIT = Histogram(
 )
 #: ``model`` labels are the names in the ``quality_models`` allow-list, ``other`` or
 #: ``none`` (:func:`toolfleet.shared.metric_labels.model_label`).
-CALLS = Counter(
-    "toolfleet_tool_calls_total",
-    "Tool calls answered, by function, extension, status and model.",
-    ["function", "extension", "status", "model"],
-)
+CALLS = Counter(CALLS_NAME + "_total", CALLS_HELP, CALLS_LABELS)  # the supervisor adds too
 CALL_DURATION = Histogram(
     "toolfleet_tool_call_duration_seconds",
     "Time a tool ran, seconds.",

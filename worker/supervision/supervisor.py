@@ -209,6 +209,9 @@ class Supervisor:
             self.pids,
             self.registry,
             self.options.settings.heartbeat_interval_s,
+            aggregates_ttl_s=self.options.settings.aggregates_ttl_s,
+            failures_retention_s=self.options.settings.failures_retention_s,
+            failures_max=self.options.settings.failures_max,
         )
         nothing_to_serve = False
         while not self._stop.wait(0.2):

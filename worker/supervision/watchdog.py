@@ -15,13 +15,20 @@ A record ``margin_s`` past its ``answer_by`` gets the ``timeout`` reply from her
 (through :func:`~toolfleet.worker.pipeline.ledger.post_outcome`: if the process answered first,
 nothing is posted; if it answers later, its late result is discarded), an error log line
 naming the tool, the call and the process, and a count in
-``toolfleet_tool_overruns_total{function}``. A record still there ``grace_s`` later means
-the process is not answering anything (and it has not refreshed its broker heartbeat
-since, which any of its threads would do if one could run): it is killed, so that the
-supervisor restarts it
-and hands its other calls back to the queue (``recover_dead_worker``), where another
-process serves them within their own deadlines; its calls' concurrency slots are freed
-just before the kill (``forget_calls``).
+``toolfleet_tool_overruns_total{function}``. It is counted as every answered call is:
+in ``toolfleet_tool_calls_total`` (status ``timeout``, from this process:
+:class:`~toolfleet.worker.supervision.supervisor_counts.SupervisorCalls`), its
+``tool_responded`` event on the events stream (written with the answer, in one script),
+and, once per pass, in the per-minute aggregates and the failures index (one pipeline for
+all the calls the pass answered). A late result of the process is discarded, and not
+counted again (:meth:`~toolfleet.worker.pipeline.observe.Observer.answered`).
+
+A record still there ``grace_s`` later means the process is not answering anything (and
+it has not refreshed its broker heartbeat since, which any of its threads would do if one
+could run): it is killed, so that the supervisor restarts it and hands its other calls
+back to the queue (``recover_dead_worker``), where another process serves them within
+their own deadlines; its calls' concurrency slots are freed just before the kill
+(``forget_calls``).
 """
 
 from __future__ import annotations
@@ -40,11 +47,16 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, Metric
 from pydantic import ValidationError
 
+from toolfleet.shared import aggregates as agg
+from toolfleet.shared import codec
+from toolfleet.shared import failures as fl
+from toolfleet.shared.metric_labels import NO_MODEL_LABEL
 from toolfleet.shared.naming import broker_heartbeats_key, brokers_key, inflight_key
 from toolfleet.shared.pipelines import pipeline
 from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallResult
 from toolfleet.worker.messaging.recovery import forget_calls
 from toolfleet.worker.pipeline.ledger import MIN_ANSWER_S, InFlight, Posted, post_outcome
+from toolfleet.worker.supervision.supervisor_counts import SupervisorCalls
 
 __all__ = ["Watchdog", "start_watchdog"]
 
@@ -64,6 +76,9 @@ class Watchdog:
         margin_s: seconds past ``answer_by`` before the watchdog answers.
         grace_s: seconds after that before a process still not answering is replaced
             (at least its heartbeat interval, so a live one has refreshed its heartbeat).
+        aggregates_ttl_s: seconds each minute's aggregates live (0: not counted there).
+        failures_retention_s: seconds a failure stays in the failures index (0: none).
+        failures_max: most failures the index keeps.
     """
 
     def __init__(
@@ -77,6 +92,9 @@ class Watchdog:
         interval_s: float = 0.1,
         margin_s: float = 0.25,
         grace_s: float = 1.0,
+        aggregates_ttl_s: int = 86_400,
+        failures_retention_s: int = 86_400,
+        failures_max: int = 200_000,
     ) -> None:
         self.client = client
         self.namespace = namespace
@@ -87,6 +105,12 @@ class Watchdog:
         self.margin_s = margin_s
         self.grace_s = grace_s
         self.overruns: dict[str, int] = {}
+        self.calls = SupervisorCalls()
+        self.aggregates_ttl_s = aggregates_ttl_s
+        self.failures_retention_s = failures_retention_s
+        self.failures_max = failures_max
+        self._counted = agg.Accumulator()
+        self._failed = fl.FailureLog()
         self._answered: dict[tuple[str, str], float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="toolfleet-watchdog", daemon=True)
@@ -162,7 +186,30 @@ class Watchdog:
                     forget_calls(self.client, self.namespace, worker_id)  # frees its slots
                     self.replace(pid)
         self._answered = {key: at for key, at in self._answered.items() if key in seen}
+        self._flush()
         return running
+
+    def _flush(self) -> None:
+        """Write the aggregates and failures of the calls answered since the last write.
+
+        One pipeline per pass that answered any; kept for the next pass when Redis fails.
+
+        Raises:
+            redis.RedisError: Redis failed.
+        """
+        if not len(self._failed):
+            return
+        counts, failed = self._counted.drain(), self._failed.drain()
+        pipe = self.client.pipeline(transaction=False)
+        if self.aggregates_ttl_s > 0:
+            agg.write(pipe, self.namespace, counts, self.aggregates_ttl_s)
+        fl.write(pipe, self.namespace, failed, self.failures_retention_s, self.failures_max)
+        try:
+            pipe.execute()
+        except BaseException:
+            self._counted.restore(counts)
+            self._failed.restore(failed)
+            raise
 
     def _beat_since(self, worker_id: str, since: float) -> bool:
         """True when the process refreshed its broker heartbeat after ``since`` (epoch s).
@@ -187,6 +234,13 @@ class Watchdog:
             worker=worker_id,
         )
         envelope = ReplyEnvelope(type="result", result=result).encode()
+        now = time.time()
+        event = {
+            "kind": "tool_responded", "at": now, "id": record.id, "function": record.function,
+            "extension": "", "account": None, "worker": worker_id, "traceparent": None,
+            "status": Status.TIMEOUT.value, "queued_s": None, "run_s": record.limit_s,
+            "result": None, "error": result.error, "answered_by": "watchdog",
+        }  # fmt: skip
         posted = post_outcome(
             self.client,
             self.namespace,
@@ -196,10 +250,25 @@ class Watchdog:
             envelope,
             self.reply_ttl_s,
             self.reply_ttl_s,
+            events=[codec.dumps(event)],
         )
         if posted == Posted.ALREADY_ANSWERED:
             return
         self.overruns[record.function] = self.overruns.get(record.function, 0) + 1
+        self.calls.inc(record.function, "", Status.TIMEOUT.value, NO_MODEL_LABEL)
+        self._counted.record(
+            record.function, NO_MODEL_LABEL, Status.TIMEOUT.value, run_s=record.limit_s, at_s=now
+        )
+        self._failed.add(
+            fl.record(
+                record.id,
+                record.function,
+                Status.TIMEOUT.value,
+                result.error,
+                worker=worker_id,
+                at_s=now,
+            )  # fmt: skip
+        )
         log.error(
             "tool %s held worker process pid %d past its %.3g s limit (call %s); answered "
             "timeout from the supervisor", record.function, pid, record.limit_s, record.id,
@@ -224,12 +293,15 @@ def start_watchdog(
     pids: Callable[[], list[int]],
     registry: CollectorRegistry | None,
     heartbeat_interval_s: float = 2.0,
+    **counting: int,
 ) -> Watchdog:
     """Start the watchdog of a supervisor's processes (``pids``: the live ones).
 
     A process to replace gets SIGKILL (the supervisor sees it exit and restarts it), at
     the earliest ``max(1, 1.5 x heartbeat_interval_s)`` seconds after the watchdog
     answered for it. The overrun counter joins ``registry`` when there is one.
+    ``counting``: :class:`Watchdog`'s ``aggregates_ttl_s``, ``failures_retention_s`` and
+    ``failures_max``.
     """
     host = socket.gethostname()
 
@@ -241,7 +313,9 @@ def start_watchdog(
             os.kill(pid, signal.SIGKILL)
 
     grace_s = max(1.0, 1.5 * heartbeat_interval_s)
-    watchdog = Watchdog(client, namespace, reply_ttl_s, processes, replace, grace_s=grace_s)
+    watchdog = Watchdog(
+        client, namespace, reply_ttl_s, processes, replace, grace_s=grace_s, **counting
+    )
     if registry is not None:
         registry.register(watchdog)
     watchdog.start()

@@ -22,6 +22,7 @@ import dramatiq
 import redis
 
 from toolfleet.shared.aggregates import Accumulator
+from toolfleet.shared.failures import FailureLog
 from toolfleet.shared.group_copies import copy_to_group
 from toolfleet.shared.lifeline import die_with_parent
 from toolfleet.shared.naming import (
@@ -188,9 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     routes = {private: public for public, private in affinity_routes.items()}
     aggregates = Accumulator() if settings.aggregates_ttl_s > 0 else None
+    failures = FailureLog() if settings.failures_retention_s > 0 else None
     observer = Observer(
-        registry, worker_id, models=frozenset(settings.quality_models), aggregates=aggregates
-    )
+        registry, worker_id, models=frozenset(settings.quality_models), aggregates=aggregates,
+        failures=failures,
+    )  # fmt: skip
     recorder = (
         RouteRecorder(broker.client, namespace, worker_id, settings.affinity_ttl_s)
         if routes
@@ -224,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
         threads=args.threads,
         aggregates=aggregates,
         aggregates_ttl_s=settings.aggregates_ttl_s,
+        failures=failures,
+        failures_retention_s=settings.failures_retention_s,
+        failures_max=settings.failures_max,
     )
     cancels = CancelListener(redis_url, namespace, pipeline, factory=factory)
     worker = dramatiq.Worker(broker, queues=queues | set(routes), worker_threads=args.threads)
