@@ -20,14 +20,12 @@ for i = 0, n - 1 do
     redis.call('HSET', KEYS[1], name, ARGV[7 + 4 * i])
     redis.call('HSET', KEYS[3], name, identity)
     redis.call('ZADD', KEYS[2], 'GT', ARGV[1], name)
-    for _, set in ipairs({KEYS[4 + i], KEYS[4 + n + i]}) do
-      local member = ARGV[3]
-      if set == KEYS[4 + n + i] then
-        member = ARGV[8 + 4 * i] .. ' ' .. ARGV[3]
-      end
-      redis.call('ZADD', set, ARGV[1], member)
-      redis.call('ZREMRANGEBYSCORE', set, '-inf', '(' .. ARGV[2])
-      redis.call('PEXPIRE', set, ARGV[4])
+    -- the workers set (member: this worker), then the schemas set (member: hash worker)
+    for k, member in ipairs({ARGV[3], ARGV[8 + 4 * i] .. ' ' .. ARGV[3]}) do
+      local at = 4 + (k - 1) * n + i
+      redis.call('ZADD', KEYS[at], ARGV[1], member)
+      redis.call('ZREMRANGEBYSCORE', KEYS[at], '-inf', '(' .. ARGV[2])
+      redis.call('PEXPIRE', KEYS[at], ARGV[4])
     end
     local live = redis.call('ZRANGEBYSCORE', KEYS[4 + n + i], ARGV[2], '+inf')
     table.insert(live, 1, name)

@@ -15,7 +15,6 @@ from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
 from toolfleet.shared.buckets import PROMETHEUS_BUCKETS_S
-from toolfleet.worker.supervision.crash_count import CRASH_LOOPS_HELP
 from toolfleet.worker.supervision.supervisor_counts import CALLS_HELP, CALLS_LABELS, CALLS_NAME
 
 __all__ = [
@@ -25,7 +24,6 @@ __all__ = [
     "CATALOG_COLLISIONS",
     "CLAIMS_UNREPLICATED",
     "CONCURRENCY_WAIT",
-    "CRASH_LOOPS",
     "CALL_DURATION",
     "EXTENSION_LOAD_ERRORS",
     "IN_FLIGHT",
@@ -94,11 +92,6 @@ CLAIMS_UNREPLICATED = Counter(
     "toolfleet_claims_unreplicated_total",
     "Claims of non-idempotent calls fewer replicas acknowledged than claim_replicas within "
     "claim_replicas_timeout_ms (the call ran anyway), by function.",
-    ["function"],
-)
-CRASH_LOOPS = Counter(
-    "toolfleet_crash_loops_total",
-    CRASH_LOOPS_HELP,
     ["function"],
 )
 CONCURRENCY_WAIT = Histogram(
