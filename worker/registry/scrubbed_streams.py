@@ -40,7 +40,40 @@ OUTPUT_LOGGER = "toolfleet.output"
 MAX_PENDING = 8192
 
 
-class ScrubbingStream(io.TextIOBase):
+class _OverStream(io.TextIOBase):
+    """A text stream written over ``self.stream``: what it does not change, it delegates."""
+
+    stream: TextIO
+
+    def writable(self) -> bool:
+        """Always true."""
+        return True
+
+    def fileno(self) -> int:
+        """The underlying stream's file descriptor (what a child process inherits)."""
+        return self.stream.fileno()
+
+    def isatty(self) -> bool:
+        """Whether the underlying stream is a terminal."""
+        return self.stream.isatty()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        """The underlying stream's encoding."""
+        return self.stream.encoding
+
+    @property
+    def errors(self) -> str | None:  # type: ignore[override]
+        """The underlying stream's error handler."""
+        return self.stream.errors
+
+    @property
+    def buffer(self) -> Any:
+        """The underlying binary buffer (bytes written there are neither scrubbed nor logged)."""
+        return self.stream.buffer
+
+
+class ScrubbingStream(_OverStream):
     """A text stream that scrubs secrets from what is written to it before passing it on.
 
     Complete lines are scrubbed and written (and the underlying stream flushed) at once;
@@ -87,38 +120,11 @@ class ScrubbingStream(io.TextIOBase):
                 self.stream.write(self.redactor.scrub(pending))
         self.stream.flush()
 
-    def writable(self) -> bool:
-        """Always true."""
-        return True
-
-    def fileno(self) -> int:
-        """The underlying stream's file descriptor (what a child process inherits)."""
-        return self.stream.fileno()
-
-    def isatty(self) -> bool:
-        """Whether the underlying stream is a terminal."""
-        return self.stream.isatty()
-
-    @property
-    def encoding(self) -> str:  # type: ignore[override]
-        """The underlying stream's encoding."""
-        return self.stream.encoding
-
-    @property
-    def errors(self) -> str | None:  # type: ignore[override]
-        """The underlying stream's error handler."""
-        return self.stream.errors
-
-    @property
-    def buffer(self) -> Any:
-        """The underlying binary buffer (bytes written there are not scrubbed)."""
-        return self.stream.buffer
-
     def __getattr__(self, name: str) -> Any:
         return getattr(self.stream, name)
 
 
-class OutputRecords(io.TextIOBase):
+class OutputRecords(_OverStream):
     r"""A text stream whose text becomes log records: one per write that ends a line.
 
     Text is held until what was written ends with a line break (``print("a\nb")`` is one
@@ -170,33 +176,6 @@ class OutputRecords(io.TextIOBase):
             self.logger.log(self.level, "%s", text)
         finally:
             self._inside.logging = False
-
-    def writable(self) -> bool:
-        """Always true."""
-        return True
-
-    def fileno(self) -> int:
-        """The original stream's file descriptor (what a child process inherits)."""
-        return self.stream.fileno()
-
-    def isatty(self) -> bool:
-        """Whether the original stream is a terminal."""
-        return self.stream.isatty()
-
-    @property
-    def encoding(self) -> str:  # type: ignore[override]
-        """The original stream's encoding."""
-        return self.stream.encoding
-
-    @property
-    def errors(self) -> str | None:  # type: ignore[override]
-        """The original stream's error handler."""
-        return self.stream.errors
-
-    @property
-    def buffer(self) -> Any:
-        """The original binary buffer (bytes written there are neither scrubbed nor logged)."""
-        return self.stream.buffer
 
 
 def scrub_standard_streams(redactor: Redactor) -> None:
