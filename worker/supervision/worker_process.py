@@ -1,4 +1,4 @@
-"""One worker process: load extensions, run a Dramatiq ``Worker`` for the queues, drain on SIGTERM.
+"""One worker process: load extensions, run its own loop on the Dramatiq queues, drain on SIGTERM.
 
 Started by the supervisor as ``python -m toolfleet.worker.supervision.worker_process ...``;
 not a public API.
@@ -18,7 +18,6 @@ import time
 from types import FrameType
 from typing import TYPE_CHECKING
 
-import dramatiq
 import redis
 
 from toolfleet.shared.aggregates import Accumulator
@@ -26,13 +25,14 @@ from toolfleet.shared.group_copies import copy_to_group
 from toolfleet.shared.lifeline import die_with_parent
 from toolfleet.shared.naming import affinity_queue_for, broker_heartbeats_key, brokers_key
 from toolfleet.shared.settings import Settings
-from toolfleet.worker.messaging.actors import MessageHandler, declare_actors
-from toolfleet.worker.messaging.broker import fleet_middleware, make_broker, wake_consumers
+from toolfleet.worker.messaging.broker import make_broker
 from toolfleet.worker.messaging.maintenance import record_broker_queues
 from toolfleet.worker.messaging.slots import SlotJanitor
 from toolfleet.worker.pipeline.calls import CallPipeline
 from toolfleet.worker.pipeline.cancels import CancelListener
+from toolfleet.worker.pipeline.handler import CallHandler
 from toolfleet.worker.pipeline.ledger import Ledger
+from toolfleet.worker.pipeline.loop import CallLoop
 from toolfleet.worker.pipeline.observe import Observer
 from toolfleet.worker.pipeline.replies import post_rejection
 from toolfleet.worker.pipeline.routes import RouteRecorder
@@ -45,6 +45,7 @@ from toolfleet.worker.supervision.health import remove_heartbeat, write_heartbea
 from toolfleet.worker.supervision.heartbeat import CatalogPublisher
 from toolfleet.worker.supervision.logs import configure_logging
 from toolfleet.worker.supervision.reachability import wait_until_reachable
+from toolfleet.worker.supervision.redis_factory import redis_client
 from toolfleet.worker.tenancy.gate import Gate, breaker_event_poster
 
 if TYPE_CHECKING:
@@ -149,10 +150,6 @@ def main(argv: list[str] | None = None) -> int:
         _answer_poison(broker.client, settings.reply_ttl_s, data, error)
 
     broker.on_poison = on_poison
-    fleet_middleware(broker).reject = lambda raw, why: bool(
-        raw is not None and post_rejection(broker.client, settings.reply_ttl_s, raw, why, worker_id)
-    )
-    dramatiq.set_broker(broker)
     ledger = Ledger(
         broker.client,
         namespace,
@@ -189,8 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         if routes
         else None
     )
-    handler = MessageHandler(pipeline, ledger, observer, recorder)
-    declare_actors(broker, handler, queues, private=routes)
+    handler = CallHandler(pipeline, ledger, observer, recorder)
     # before anything is fetched: the broker's heartbeat, then the record of its queues by
     # which maintenance finds the acks sets it leaves if it dies
     started = broker.client.pipeline(transaction=False)
@@ -218,8 +214,18 @@ def main(argv: list[str] | None = None) -> int:
         aggregates_ttl_s=settings.aggregates_ttl_s,
     )
     cancels = CancelListener(redis_url, namespace, pipeline, factory=factory)
-    worker = dramatiq.Worker(broker, queues=queues | set(routes), worker_threads=args.threads)
-    worker.start()
+    loop = CallLoop(
+        broker,
+        handler,
+        {queue: queue for queue in queues} | routes,
+        args.threads,
+        connect=lambda: redis_client(redis_url, factory=factory, health_check_interval=30),
+        reject=lambda raw, why: bool(
+            raw is not None
+            and post_rejection(broker.client, settings.reply_ttl_s, raw, why, worker_id)
+        ),
+    )
+    loop.start()
     publisher.start()
     cancels.start()
     log.info(
@@ -233,8 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         code = _serve_until_stopped(stop, pipeline, settings)
         log.info("draining (grace %.1f s)", settings.shutdown_grace_s)
         publisher.stop()
-        wake_consumers(worker)
-        worker.stop(timeout=int(settings.shutdown_grace_s * 1000))
+        loop.stop(settings.shutdown_grace_s)
         cancels.stop()
         try:
             publisher.flush_aggregates()  # the calls answered since the last beat
