@@ -19,7 +19,8 @@ import pytest
 import redis
 from dramatiq.brokers.redis import RedisBroker
 
-from conftest import TEST_QUEUE, Fleet
+from conftest import TEST_QUEUE, Fleet, start_fleet
+from toolfleet.producer import ToolClient
 from toolfleet.shared.naming import actor_name_for
 from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallRequest
 
@@ -128,3 +129,47 @@ def test_no_worker_module_imports_dramatiqs_worker_middleware_or_consumer() -> N
         if (found := _offences(path))
     }
     assert offences == {}
+
+
+@pytest.fixture(scope="module")
+def one_slot(
+    redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Fleet]:
+    """One worker process with one slot thread, serving the inline tools."""
+    ns = f"{namespace}-inline-{uuid.uuid4().hex[:6]}"
+    log_path = tmp_path_factory.mktemp("inline") / "worker.log"
+    running = start_fleet(redis_url, ns, log_path, processes=1, threads=1,
+                          extra=["--extension", "inline_tools:extension"])  # fmt: skip
+    yield running
+    running.stop()
+
+
+def test_a_sync_tool_runs_on_the_slot_thread_that_took_its_call(one_slot: Fleet) -> None:
+    """No hand-off: the thread running a plain sync tool is the loop's slot thread."""
+    with ToolClient(one_slot.redis_url, namespace=one_slot.namespace) as client:
+        result = client.call("ext_inline_test_thread_name", {}, timeout_s=60)
+    assert result.status is Status.OK
+    assert str(result.content).startswith("toolfleet-slot-"), result.content
+
+
+def test_an_overrun_sync_tool_is_answered_and_a_fresh_thread_takes_its_slot(
+    one_slot: Fleet,
+) -> None:
+    """Past its 1-second limit the call is answered ``timeout``; the process's one slot is
+    served by a fresh thread while the abandoned one still sleeps, and that thread ends
+    once its tool returns (its late result dropped)."""
+    with ToolClient(one_slot.redis_url, namespace=one_slot.namespace) as client:
+        overrun = client.submit("ext_inline_test_nap", {"seconds": 20}, timeout_s=60)
+        assert overrun.result(timeout=30).status is Status.TIMEOUT
+        following = client.call("ext_inline_test_thread_name", {}, timeout_s=60)
+        assert following.status is Status.OK
+        assert str(following.content).startswith("toolfleet-slot-r"), following.content
+        assert not overrun.done() or overrun.result().status is Status.TIMEOUT
+        short = client.call("ext_inline_test_nap", {"seconds": 2}, timeout_s=60)
+        assert short.status is Status.TIMEOUT
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and "ended (call of" not in one_slot.log():
+            time.sleep(0.2)
+        assert "ended (call of" in one_slot.log()  # the abandoned thread unwound and ended
+        again = client.call("ext_inline_test_thread_name", {}, timeout_s=60)
+        assert again.status is Status.OK

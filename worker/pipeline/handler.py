@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from toolfleet.shared import codec, tracing
 from toolfleet.shared.metric_labels import function_label
 from toolfleet.shared.wire import Status, ToolCallRequest, ToolCallResult, validation_problems
+from toolfleet.worker.isolation.inproc import Abandoned
 from toolfleet.worker.pipeline.calls import CallPipeline
 from toolfleet.worker.pipeline.ledger import InlineAck, Ledger, Posted
 from toolfleet.worker.pipeline.observe import Observer
@@ -197,8 +198,14 @@ class CallHandler:
             )
             self.ledger.take_over(request, token, record)
         requested = self.observer.requested(request)
+
+        def answer(late: ToolCallResult) -> None:  # a fresh thread, past the limit
+            self._finish(request, late, queue, requested, ack)
+
         try:
-            result = self.pipeline.call(request)
+            result = self.pipeline.call(request, answer)
+        except Abandoned:
+            raise  # answered by the thread that took this one's slot
         except BaseException:
             self.ledger.forget(request)
             crashed = self.pipeline.failure(request, Status.CRASHED, "worker error")

@@ -37,9 +37,10 @@ of failing its message and losing a result nobody could read.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -203,6 +204,9 @@ class Ledger:
         #: writes the outcomes of this process's calls, every finished call per write
         self.completer = Completer(client, namespace, worker_id, events_maxlen)
         self._claim_script = client.register_script(_CLAIM)
+        #: claim tokens: this process's random prefix and a counter (no syscall per call)
+        self._token_prefix = f"{worker_id}#{os.urandom(4).hex()}"
+        self._tokens = itertools.count()
         #: master name ('' on a plain Redis) -> (replicas, monotonic time to ask again)
         self._replicas: dict[str, tuple[int, float]] = {}
 
@@ -259,8 +263,8 @@ class Ledger:
                 attempt += 1
 
     def new_token(self) -> str:
-        """A claim token for one delivery: ``<worker id>#<random>``."""
-        return f"{self.worker_id}#{uuid.uuid4().hex[:12]}"
+        """A claim token for one delivery: ``<worker id>#<random><counter>`` (hex)."""
+        return f"{self._token_prefix}{next(self._tokens):x}"
 
     def claim(
         self,

@@ -3,7 +3,11 @@
 Per process, ``threads`` slot threads and, per queue, a fetcher (:mod:`.fetch`) that waits
 in Redis and takes at most as many messages as there are free slots. A slot thread takes a
 fetched message and walks it through the remaining stages itself
-(:class:`~.handler.CallHandler`: admit, run, complete); a message whose call ended
+(:class:`~.handler.CallHandler`: admit, run, complete); a plain sync tool runs on it. When
+such a tool overruns its limit (or its call is canceled), the process's timer starts a
+fresh slot thread that answers the call and takes the slot; the abandoned thread ends
+when its tool returns (:class:`~toolfleet.worker.isolation.inproc.Abandoned`), its late
+result dropped. A message whose call ended
 without an answer that acknowledged it is acknowledged here as Dramatiq's worker would,
 and one that was not a request is dead-lettered. No Dramatiq ``Worker``, worker thread or
 middleware runs: Dramatiq is the transport only (its message format and keys).
@@ -24,6 +28,7 @@ from typing import Any
 import redis
 
 from toolfleet.shared.naming import actor_name_for
+from toolfleet.worker.isolation.inproc import Abandoned, mark_slot_thread
 from toolfleet.worker.messaging.broker import FleetRedisBroker
 from toolfleet.worker.pipeline.fetch import DelayFetcher, Delivery, QueueFetcher, Slots
 from toolfleet.worker.pipeline.handler import CallHandler, RejectedMessage
@@ -67,6 +72,8 @@ class CallLoop:
         self.inbox: SimpleQueue[Delivery | None] = SimpleQueue()
         self._current = threading.local()
         handler.hand_back = self._hand_back
+        handler.pipeline.runner.on_abandon = self._replace
+        self._threads_lock = threading.Lock()
         names = frozenset(actor_name_for(queue) for queue in queues)
         self.fetchers: list[QueueFetcher | DelayFetcher] = []
         for queue, counted_as in sorted(queues.items()):
@@ -74,10 +81,12 @@ class CallLoop:
                 QueueFetcher(broker, queue, counted_as, self.slots, self.inbox, names, connect)
             )
             self.fetchers.append(DelayFetcher(broker, queue, connect))
+        #: the slot threads serving now (an abandoned one leaves, its replacement joins)
         self.threads = [
             threading.Thread(target=self._serve, name=f"toolfleet-slot-{i}", daemon=True)
             for i in range(threads)
         ]
+        self._replaced = 0
 
     def start(self) -> None:
         """Start the slot threads, then the fetchers."""
@@ -94,15 +103,32 @@ class CallLoop:
         self.slots.wake()
         for fetcher in self.fetchers:
             fetcher.join(max(0.1, give_up - time.monotonic()))
-        for _ in self.threads:
+        with self._threads_lock:
+            serving = list(self.threads)
+        for _ in serving:
             self.inbox.put(None)  # after every fetched message: the inbox is FIFO
-        for thread in self.threads:
+        for thread in serving:
             thread.join(max(0.0, give_up - time.monotonic()))
-        left = sum(thread.is_alive() for thread in self.threads)
+        with self._threads_lock:
+            serving = list(self.threads)  # replacements started meanwhile too
+        for thread in serving:
+            thread.join(max(0.0, give_up - time.monotonic()))
+        left = sum(thread.is_alive() for thread in serving)
         if left:
             log.warning("%d calls still running at the end of the grace period", left)
 
-    def _serve(self) -> None:
+    def _serve(self, first: Callable[[], None] | None = None) -> None:
+        """Serve fetched messages until the inbox says stop (``None``).
+
+        ``first``: the answer of an abandoned call, given before serving (a replacement).
+        """
+        mark_slot_thread()
+        if first is not None:
+            try:
+                first()
+            except Exception:  # noqa: BLE001 - the slot thread outlives any one call
+                log.exception("could not answer an abandoned call")
+            self.slots.give(1)  # the abandoned call's slot
         inbox = self.inbox
         while True:
             delivery = inbox.get()
@@ -111,11 +137,28 @@ class CallLoop:
             try:
                 self._current.delivery = delivery
                 self._handle(delivery)
+            except Abandoned:  # answered by this thread's replacement, which holds the slot
+                log.info("a thread whose call was answered without it ended (call of %s)",
+                         delivery.redis_id)  # fmt: skip
+                return
             except BaseException:  # noqa: BLE001 - the slot thread outlives any one call
                 log.exception("call of message %s failed", delivery.redis_id)
             finally:
                 self._current.delivery = None
-                self.slots.give(1)
+            self.slots.give(1)
+
+    def _replace(self, first: Callable[[], None], abandoned: threading.Thread) -> None:
+        """Start a slot thread that runs ``first()`` and then serves in ``abandoned``'s place."""
+        with self._threads_lock:
+            self._replaced += 1
+            thread = threading.Thread(
+                target=self._serve,
+                args=(first,),
+                name=f"toolfleet-slot-r{self._replaced}",
+                daemon=True,
+            )
+            self.threads = [t for t in self.threads if t is not abandoned] + [thread]
+        thread.start()
 
     def _handle(self, delivery: Delivery) -> None:
         """Answer one message, then settle it as Dramatiq's worker would."""
