@@ -173,3 +173,26 @@ def test_an_overrun_sync_tool_is_answered_and_a_fresh_thread_takes_its_slot(
         assert "ended (call of" in one_slot.log()  # the abandoned thread unwound and ended
         again = client.call("ext_inline_test_thread_name", {}, timeout_s=60)
         assert again.status is Status.OK
+
+
+def test_an_idle_process_only_waits_in_redis(counting_server: Any, tmp_path: Path) -> None:
+    """Between heartbeats an idle process and its supervisor send nothing but blocking waits:
+    the watchdog reads the process's in-flight table in shared memory, not Redis."""
+    from private_redis import command_counts
+
+    fleet = start_fleet(
+        counting_server.url, "tfidle", tmp_path / "worker.log", processes=1, threads=2,
+        env={"TOOLFLEET_HEARTBEAT_INTERVAL_S": "60", "TOOLFLEET_WORKER_TTL_S": "180"},
+    )  # fmt: skip
+    r = redis.Redis.from_url(counting_server.url)
+    try:
+        with ToolClient(counting_server.url, namespace="tfidle") as client:
+            assert client.call(ECHO, {"text": "warm"}, timeout_s=60).status is Status.OK
+        time.sleep(3.0)  # the call's outcome, the start-up's last writes
+        r.config_resetstat()
+        time.sleep(6.0)
+        counts = command_counts(r)
+    finally:
+        r.close()
+        fleet.stop()
+    assert set(counts) <= {"blmove"}, counts

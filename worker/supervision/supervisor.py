@@ -205,6 +205,7 @@ class Supervisor:
             self.pids,
             self.registry,
             self.options.settings.heartbeat_interval_s,
+            tables_dir=self.metrics_dir,
         )
         nothing_to_serve = False
         while not self._stop.wait(0.2):
@@ -222,6 +223,7 @@ class Supervisor:
                             slot.index, pid, code)  # fmt: skip
                 self._recover(pid)
                 mark_dead(pid, self.metrics_dir)
+                watchdog.tables.forget(pid)
                 remove_heartbeat(Settings.from_env().health_dir, pid)
                 self._restart(slot)
         watchdog.stop()

@@ -41,8 +41,10 @@ from toolfleet.worker.registry.redaction import Redactor
 from toolfleet.worker.registry.registry import Registry
 from toolfleet.worker.registry.scrubbed_streams import scrub_standard_streams
 from toolfleet.worker.supervision import metrics
+from toolfleet.worker.supervision.exposition import MULTIPROC_ENV
 from toolfleet.worker.supervision.health import remove_heartbeat, write_heartbeat
 from toolfleet.worker.supervision.heartbeat import CatalogPublisher
+from toolfleet.worker.supervision.inflight_table import InFlightTable, table_path
 from toolfleet.worker.supervision.logs import configure_logging
 from toolfleet.worker.supervision.reachability import wait_until_reachable
 from toolfleet.worker.supervision.redis_factory import redis_client
@@ -150,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         _answer_poison(broker.client, settings.reply_ttl_s, data, error)
 
     broker.on_poison = on_poison
+    tables_dir = os.environ.get(MULTIPROC_ENV)  # the supervisor's watchdog reads it there
+    table = InFlightTable(table_path(tables_dir, os.getpid())) if tables_dir else None
     ledger = Ledger(
         broker.client,
         namespace,
@@ -158,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         settings.worker_ttl_s,
         claim_replicas=settings.claim_replicas,
         claim_replicas_timeout_ms=settings.claim_replicas_timeout_ms,
+        table=table,
     )
     slot = f"{socket.gethostname()}-{os.getppid()}-{args.index}"
     affinity_routes = {q: affinity_queue_for(q, slot) for q in registry.affinity_queues & queues}
@@ -253,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
         pipeline.close()
     finally:
         remove_heartbeat(settings.health_dir)
+        if table is not None:
+            table.close()
     return code
 
 
