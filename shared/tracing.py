@@ -121,8 +121,8 @@ def record_status(status: Status) -> None:
 
     A status the model cannot fix (crashed, timeout, expired, rejected) marks it an error.
     """
-    if not _OTEL:
-        return
+    if not _OTEL or isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        return  # no tracer provider set: no span records anything
     span = trace.get_current_span()
     if not span.is_recording():
         return

@@ -85,12 +85,17 @@ class Slots:
     def __init__(self, count: int) -> None:
         self._free = count
         self._cond = threading.Condition()
+        self._waiting = 0
 
     def wait_free(self, stop: threading.Event, timeout_s: float = 1.0) -> bool:
         """Block until a slot is free (True) or ``timeout_s`` passed or ``stop`` is set."""
         with self._cond:
             if self._free <= 0 and not stop.is_set():
-                self._cond.wait(timeout_s)
+                self._waiting += 1
+                try:
+                    self._cond.wait(timeout_s)
+                finally:
+                    self._waiting -= 1
             return self._free > 0 and not stop.is_set()
 
     def take(self, most: int) -> int:
@@ -105,7 +110,8 @@ class Slots:
         if count:
             with self._cond:
                 self._free += count
-                self._cond.notify_all()
+                if self._waiting:  # a fetcher waits for a free slot
+                    self._cond.notify_all()
 
     def wake(self) -> None:
         """Wake every :meth:`wait_free` (the process is stopping)."""
