@@ -33,6 +33,8 @@ class Observer:
         models: the model names counted by name (``quality_models``); others are ``other``.
         aggregates: counts each answered call for the per-minute aggregates the heartbeat
             writes (:mod:`toolfleet.shared.aggregates`); ``None``: they are off.
+        tally: keeps the per-call counts in memory until its next flush (a worker process
+            flushes once per group commit and heartbeat); ``None``: each call writes them.
     """
 
     def __init__(
@@ -42,8 +44,10 @@ class Observer:
         *,
         models: frozenset[str] = frozenset(),
         aggregates: Accumulator | None = None,
+        tally: metrics.Tally | None = None,
     ) -> None:
         self.registry = registry
+        self.tally = tally
         self.worker_id = worker_id
         self.models = models
         self.aggregates = aggregates
@@ -124,11 +128,19 @@ class Observer:
         if accepted:
             metrics.child(metrics.IN_FLIGHT, self._in_flight.pop(request.id, label)).dec()
         model = model_label(request.context.llmclient, self.models)
-        metrics.child(metrics.CALLS, label, slug, result.status.value, model).inc()
-        if result.run_s is not None:
-            metrics.child(metrics.CALL_DURATION, label, model).observe(result.run_s)
-        if result.queued_s is not None:
-            metrics.child(metrics.QUEUE_WAIT, queue).observe(result.queued_s)
+        tally = self.tally
+        if tally is not None:
+            tally.inc(metrics.CALLS, (label, slug, result.status.value, model))
+            if result.run_s is not None:
+                tally.observe(metrics.CALL_DURATION, (label, model), result.run_s)
+            if result.queued_s is not None:
+                tally.observe(metrics.QUEUE_WAIT, (queue,), result.queued_s)
+        else:
+            metrics.child(metrics.CALLS, label, slug, result.status.value, model).inc()
+            if result.run_s is not None:
+                metrics.child(metrics.CALL_DURATION, label, model).observe(result.run_s)
+            if result.queued_s is not None:
+                metrics.child(metrics.QUEUE_WAIT, queue).observe(result.queued_s)
         if self.aggregates is not None:
             self.aggregates.record(
                 label,

@@ -183,8 +183,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     routes = {private: public for public, private in affinity_routes.items()}
     aggregates = Accumulator() if settings.aggregates_ttl_s > 0 else None
+    tally = metrics.Tally()  # out once per group commit and each second, not per call
+    ledger.completer.before_write = tally.flush
     observer = Observer(
-        registry, worker_id, models=frozenset(settings.quality_models), aggregates=aggregates
+        registry,
+        worker_id,
+        models=frozenset(settings.quality_models),
+        aggregates=aggregates,
+        tally=tally,
     )
     recorder = (
         RouteRecorder(broker.client, namespace, worker_id, settings.affinity_ttl_s)
@@ -241,10 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     metrics.WORKER_UP.set(1)
     try:
-        code = _serve_until_stopped(stop, pipeline, settings)
+        code = _serve_until_stopped(stop, pipeline, settings, tally)
         log.info("draining (grace %.1f s)", settings.shutdown_grace_s)
         publisher.stop()
         loop.stop(settings.shutdown_grace_s)
+        tally.flush()
         cancels.stop()
         try:
             publisher.flush_aggregates()  # the calls answered since the last beat
@@ -268,12 +275,18 @@ def main(argv: list[str] | None = None) -> int:
 MAX_LOOP_BLOCK_S = 10.0
 
 
-def _serve_until_stopped(stop: threading.Event, pipeline: CallPipeline, settings: Settings) -> int:
-    """Watch the process's health each second; refresh the heartbeat file while healthy."""
+def _serve_until_stopped(
+    stop: threading.Event, pipeline: CallPipeline, settings: Settings, tally: metrics.Tally
+) -> int:
+    """Watch the process's health each second; refresh the heartbeat file while healthy.
+
+    Each second also writes the call metrics kept in memory since the last group commit.
+    """
     blocked_since: float | None = None
     functions = len(pipeline.registry.served)
     write_heartbeat(settings.health_dir, True, functions)
     while not stop.wait(1.0):
+        tally.flush()
         stuck = pipeline.runner.stuck_threads
         metrics.STUCK_THREADS.set(stuck)
         if stuck > settings.max_stuck_threads:
