@@ -62,7 +62,7 @@ STAGES = [
     ("run the tool (hand-off to a reused tool thread)", r"run_sync|InProcess\w*\.run"),
     ("toolkit (context, result, redaction)", r"Toolkit\."),
     ("finish script (ack, outcome SET, events XADD, RPUSH)", r"Ledger\.finish|post_outcome"),
-    ("toolfleet actor (call_scope, size check)", r"MessageHandler\.|call_scope|inline_ack"),
+    ("toolfleet handler (call_scope, size check)", r"CallHandler\.|call_scope|inline_ack"),
     ("Dramatiq worker thread + middleware", r"WorkerThread|Broker\.emit|ConsumerThread"),
     ("submit: build request", r"build_request|ToolClient\._request|new_call_id"),
     ("submit: catalog check", r"Catalog"),

@@ -98,7 +98,8 @@ def consume(request: ToolCallRequest, queue: str) -> Iterator[dict[str, str]]:
         The log fields ``trace_id`` and ``span_id`` (32 and 16 hex digits) of the span, or
         of the request's ``traceparent`` when no span is recorded; empty when neither.
     """
-    if not _OTEL:
+    if not _OTEL or isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        # no tracer provider set: a span would record nothing (absent from the path)
         yield log_ids(request.context.traceparent)
         return
     carrier = {"traceparent": request.context.traceparent, "tracestate": request.context.tracestate}
@@ -120,8 +121,8 @@ def record_status(status: Status) -> None:
 
     A status the model cannot fix (crashed, timeout, expired, rejected) marks it an error.
     """
-    if not _OTEL:
-        return
+    if not _OTEL or isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        return  # no tracer provider set: no span records anything
     span = trace.get_current_span()
     if not span.is_recording():
         return

@@ -1,9 +1,9 @@
 """The Dramatiq internals toolfleet relies on: fail loudly when an upgrade changes them.
 
-``worker/messaging/broker.py`` subclasses ``dramatiq.brokers.redis._RedisConsumer`` and uses its
-attributes; the producer, the catalog heartbeat and the supervisor's recovery drive
-Dramatiq's ``dispatch.lua`` directly and read its keys. Everything here runs against a
-real Redis.
+The worker's own loop (``worker/pipeline/fetch.py``, ``loop.py``) keeps Dramatiq's message
+format and keys and drives ``RedisBroker``'s ``dispatch.lua`` (ack, nack, requeue,
+enqueue); the producer, the catalog heartbeat and the supervisor's recovery read its keys
+too. Everything here runs against a real Redis.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from queue import SimpleQueue
 
 import dramatiq
 import pytest
 from dramatiq.broker import MessageProxy
-from dramatiq.brokers.redis import RedisBroker, _RedisConsumer
-from dramatiq.errors import ConnectionClosed, DecodeError
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq.errors import DecodeError
 from dramatiq.message import Message
 
 from conftest import delete_namespace
@@ -30,9 +30,10 @@ from toolfleet.producer.publish import Publisher
 from toolfleet.shared.naming import actor_name_for, brokers_key, outcome_key
 from toolfleet.shared.tenancy.lanes import TOKEN, lane_key, shard_for
 from toolfleet.shared.wire import ToolCallRequest
-from toolfleet.worker.messaging.broker import FleetRedisBroker, WaitingConsumer, make_broker
+from toolfleet.worker.messaging.broker import FleetRedisBroker, make_broker
 from toolfleet.worker.messaging.maintenance import record_broker_queues, run_maintenance
 from toolfleet.worker.messaging.recovery import recover_dead_worker
+from toolfleet.worker.pipeline.fetch import Delivery, QueueFetcher, Slots
 from toolfleet.worker.pipeline.ledger import Posted, post_outcome
 
 PINNED = "2.2.1"
@@ -93,31 +94,15 @@ def test_dramatiq_is_the_pinned_version() -> None:
     assert f'"dramatiq[redis]=={PINNED}"' in pyproject
 
 
-def test_redis_consumer_internals_used_by_the_waiting_consumer(
-    broker: FleetRedisBroker,
-) -> None:
-    """_RedisConsumer's constructor, attributes and the broker's do_* commands are as used."""
-    init = list(inspect.signature(_RedisConsumer.__init__).parameters)
-    assert init == ["self", "broker", "queue_name", "prefetch", "timeout"]
-    consumer = broker.consume(QUEUE, prefetch=4, timeout=1000)
-    assert isinstance(consumer, WaitingConsumer) and isinstance(consumer, _RedisConsumer)
-    assert consumer.message_cache == []
-    assert consumer.queued_message_ids == set()
-    assert consumer.misses == 0
-    assert consumer.prefetch == 4 and consumer.queue_name == QUEUE
-    assert isinstance(inspect.getattr_static(_RedisConsumer, "outstanding_message_count"), property)
-    consumer.message_cache = [b"x", b"y"]
-    consumer.queued_message_ids.add("m")
-    assert consumer.outstanding_message_count == 3
-    consumer.message_cache = []
+def test_broker_commands_and_attributes_used_by_the_loop(broker: FleetRedisBroker) -> None:
+    """The broker's do_* commands and the attributes the loop and maintenance read exist."""
     for command in ("do_enqueue", "do_fetch", "do_ack", "do_nack", "do_requeue", "do_qsize"):
         assert callable(getattr(broker, command)), command
-    for name in ("ack", "nack", "requeue", "close", "__next__"):
-        assert callable(getattr(_RedisConsumer, name)), name
     for name in ("scripts", "heartbeat_timeout", "dead_message_ttl", "broker_id", "namespace"):
         assert hasattr(broker, name), name
     assert "dispatch" in broker.scripts
     assert isinstance(broker._max_unpack_size(), int)
+    assert broker.middleware == []  # no Dramatiq worker runs it
     # the dispatch script's maintenance is asked for through this method (0: never)
     assert "self._should_do_maintenance(command)" in inspect.getsource(RedisBroker._dispatch)
     assert broker._should_do_maintenance("fetch") == 0
@@ -135,18 +120,6 @@ def test_dispatch_script_reads_only_its_first_key_and_is_called_with_keywords(
     assert "#KEYS" not in code and "unpack(KEYS" not in code
     body = inspect.getsource(RedisBroker._dispatch)
     assert "dispatch(args=args, keys=keys)" in body
-
-
-def test_redis_consumer_reports_a_lost_connection_as_connection_closed(tmp_path: Path) -> None:
-    """_RedisConsumer.ack raises ConnectionClosed on a lost Redis and forgets the message id."""
-    unreachable = make_broker(f"unix://{tmp_path / 'none.sock'}", "tfcontract")
-    consumer = _RedisConsumer(unreachable, QUEUE, 1, 1000)
-    message = Message(queue_name=QUEUE, actor_name="a", args=(), kwargs={},
-                      options={"redis_message_id": "r1"})  # fmt: skip
-    consumer.queued_message_ids.add(message.message_id)
-    with pytest.raises(ConnectionClosed):
-        consumer.ack(MessageProxy(message))
-    assert consumer.queued_message_ids == set()
 
 
 def test_message_format_and_decode() -> None:
@@ -245,23 +218,38 @@ def test_recovery_reads_the_acks_layout(broker: FleetRedisBroker, redis_url: str
         dead.client.close()
 
 
-def test_waiting_consumer_delivers_and_dead_letters_poison(
-    broker: FleetRedisBroker, ns: str
+def test_the_fetcher_delivers_and_dead_letters_poison(
+    broker: FleetRedisBroker, redis_url: str, ns: str
 ) -> None:
-    """The consumer hands out a good message, dead-letters poison, and waits on an empty queue."""
+    """The fetcher hands out a good message, dead-letters poison, and takes no more than
+    the free slots."""
     r = broker.client
-    dramatiq.actor(actor_name=actor_name_for(QUEUE), queue_name=QUEUE, broker=broker)(print)
-    consumer = broker.consume(QUEUE, prefetch=4, timeout=1000)
     poison_id = str(uuid.uuid4())
     r.hset(f"{ns}:{QUEUE}.msgs", poison_id, b"\x00not a message")
     r.rpush(f"{ns}:{QUEUE}", poison_id)
     good = _publish(broker)
-    proxy = next(consumer)
-    assert isinstance(proxy, MessageProxy) and proxy.options["redis_message_id"] == good
-    assert r.zscore(f"{ns}:{QUEUE}.XQ", poison_id) is not None
-    started = time.monotonic()
-    assert next(consumer) is None
-    assert 0.5 < time.monotonic() - started < 3.0
+    third = _publish(broker)
+    slots = Slots(1)
+    inbox: SimpleQueue[Delivery | None] = SimpleQueue()
+    fetcher = QueueFetcher(
+        broker, QUEUE, QUEUE, slots, inbox, frozenset({actor_name_for(QUEUE)}),
+        lambda: make_broker(redis_url, ns).client,
+    )  # fmt: skip
+    fetcher.start()
+    try:
+        delivery = inbox.get(timeout=10)
+        assert isinstance(delivery, Delivery) and delivery.redis_id in (good, third)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and r.zscore(f"{ns}:{QUEUE}.XQ", poison_id) is None:
+            time.sleep(0.05)
+        assert r.zscore(f"{ns}:{QUEUE}.XQ", poison_id) is not None
+        time.sleep(0.5)
+        assert inbox.empty()  # one slot: nothing more is taken until it is free
+        slots.give(1)
+        assert inbox.get(timeout=10).redis_id in (good, third)
+    finally:
+        fetcher.stop()
+        fetcher.join(5)
 
 
 def test_script_calls_survive_a_flushed_script_cache() -> None:
@@ -306,91 +294,39 @@ def test_inline_ack_leaves_the_keys_as_dramatiqs_ack_does(
     """The answer script's acknowledgement has the effect of Dramatiq's ``ack``.
 
     It drops the id from this broker's acks set and the body from ``.msgs``, whether the
-    call is answered now or was answered already; then the consumer's ``ack`` (what
-    Dramatiq's worker thread calls after the actor) makes no round trip of its own.
+    call is answered now or was answered already, with no dispatch call (Dramatiq's would
+    write a heartbeat).
     """
     r = broker.client
-    dramatiq.actor(actor_name=actor_name_for(QUEUE), queue_name=QUEUE, broker=broker)(print)
-    consumer = broker.consume(QUEUE, prefetch=4, timeout=1000)
     acks_key, msgs_key = f"{ns}:__acks__.{broker.broker_id}.{QUEUE}", f"{ns}:{QUEUE}.msgs"
     for answered_before in (False, True):
         request = _request()
         message_id = _publish(broker, request)
-        proxy = next(consumer)
-        assert isinstance(proxy, MessageProxy) and proxy.options["redis_message_id"] == message_id
+        assert [i for i, _ in broker.fetch_with_ids(QUEUE, 4)] == [message_id]
         assert r.smembers(acks_key) == {message_id.encode()}
-        assert consumer.queued_message_ids == {proxy.message_id}
-        ack = broker.inline_ack(proxy)
-        assert ack is not None and (ack.acks_key, ack.msgs_key) == (acks_key, msgs_key)
+        ack = broker.inline_ack(QUEUE, message_id)
+        assert (ack.acks_key, ack.msgs_key) == (acks_key, msgs_key)
         if answered_before:
             r.set(outcome_key(ns, request.id), b"answered")
+        r.zrem(f"{ns}:__heartbeats__", broker.broker_id)
         posted = post_outcome(
             r, ns, "w1", request.id, "tfcontract-replies", b"{}", 60, 60, [], 100, ack
         )
         assert posted == (Posted.ALREADY_ANSWERED if answered_before else Posted.POSTED)
         assert ack.done
         assert not r.smembers(acks_key) and r.hget(msgs_key, message_id) is None
-        beats = r.zscore(f"{ns}:__heartbeats__", broker.broker_id)
-        r.zrem(f"{ns}:__heartbeats__", broker.broker_id)
-        consumer.ack(proxy)  # no dispatch call: Dramatiq's would write a heartbeat
         assert r.zscore(f"{ns}:__heartbeats__", broker.broker_id) is None
-        assert consumer.queued_message_ids == set()
-        r.zadd(f"{ns}:__heartbeats__", {broker.broker_id: beats or 1})
     r.delete("tfcontract-replies")
 
 
-def test_an_unfinished_inline_ack_leaves_acking_to_dramatiq(
-    broker: FleetRedisBroker, ns: str
-) -> None:
-    """An inline ack the answer script never made: the consumer acks or nacks as Dramatiq."""
+def test_settle_acks_or_dead_letters_as_dramatiq(broker: FleetRedisBroker, ns: str) -> None:
+    """A call ended without an inline ack: the loop acks or nacks as Dramatiq's consumer."""
     r = broker.client
-    dramatiq.actor(actor_name=actor_name_for(QUEUE), queue_name=QUEUE, broker=broker)(print)
-    consumer = broker.consume(QUEUE, prefetch=4, timeout=1000)
     acks_key, msgs_key = f"{ns}:__acks__.{broker.broker_id}.{QUEUE}", f"{ns}:{QUEUE}.msgs"
     acked, nacked = _publish(broker), _publish(broker)
-    first, second = next(consumer), next(consumer)
-    assert isinstance(first, MessageProxy) and isinstance(second, MessageProxy)
-    assert broker.inline_ack(first) is not None and broker.inline_ack(second) is not None
-    consumer.ack(first)
-    consumer.nack(second)
+    assert len(broker.fetch_with_ids(QUEUE, 4)) == 2
+    broker.settle(QUEUE, acked)
+    broker.settle(QUEUE, nacked, failed=True)
     assert not r.smembers(acks_key)
     assert r.hget(msgs_key, acked) is None and r.hget(msgs_key, nacked) is None
     assert r.zscore(f"{ns}:{QUEUE}.XQ", nacked) is not None
-    assert broker.take_inline_ack(first) is None and broker.take_inline_ack(second) is None
-
-
-def test_worker_thread_acks_through_the_consumer_with_the_current_message(
-    broker: FleetRedisBroker, ns: str
-) -> None:
-    """Dramatiq's worker: the actor sees its MessageProxy as CurrentMessage; then consumer.ack.
-
-    The inline ack relies on both: the actor body reads the message being handled from
-    ``CurrentMessage`` and the worker thread settles it through the consumer's
-    ``ack``/``nack`` afterwards (``ConsumerThread.post_process_message``).
-    """
-    from dramatiq import Worker
-    from dramatiq.middleware import CurrentMessage
-
-    seen: list[Any] = []
-
-    def body(raw: Any) -> None:
-        current = CurrentMessage.get_current_message()
-        ack = broker.inline_ack(current) if current is not None else None
-        seen.append((current, ack))
-
-    dramatiq.actor(actor_name=actor_name_for(QUEUE), queue_name=QUEUE, broker=broker)(body)
-    message_id = _publish(broker)
-    worker = Worker(broker, worker_threads=1, worker_timeout=100)
-    worker.start()
-    try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and broker.client.hget(f"{ns}:{QUEUE}.msgs", message_id):
-            time.sleep(0.05)
-    finally:
-        worker.stop()
-    assert len(seen) == 1
-    current, ack = seen[0]
-    assert isinstance(current, MessageProxy) and current.options["redis_message_id"] == message_id
-    assert ack is not None and not ack.done
-    assert broker.client.hget(f"{ns}:{QUEUE}.msgs", message_id) is None  # acked by Dramatiq
-    assert broker.take_inline_ack(current) is None  # the consumer's ack took it

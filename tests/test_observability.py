@@ -229,8 +229,8 @@ def test_signals_and_events_one_of_each_kind_per_call_without_secrets_or_argumen
     """In-process subscribers and the events stream see tool_presented, tool_requested and
     tool_responded once per call, with the planted secret and the arguments absent."""
     from toolfleet.shared.signals import tool_presented, tool_requested, tool_responded
-    from toolfleet.worker.messaging.actors import MessageHandler
     from toolfleet.worker.pipeline.calls import CallPipeline
+    from toolfleet.worker.pipeline.handler import CallHandler
     from toolfleet.worker.pipeline.ledger import Ledger
     from toolfleet.worker.pipeline.observe import Observer
     from toolfleet.worker.registry.loader import load_spec
@@ -243,7 +243,7 @@ def test_signals_and_events_one_of_each_kind_per_call_without_secrets_or_argumen
     registry.add_extension(load_spec("guarded_ext:extension"))
     pipeline = CallPipeline(registry, worker_id="test:1", max_arguments_bytes=10_000)
     ledger = Ledger(r, ns, "test:1", 60, 10)
-    worker = MessageHandler(pipeline, ledger, Observer(registry, "test:1"))
+    worker = CallHandler(pipeline, ledger, Observer(registry, "test:1"))
     seen: dict[str, list[dict[str, Any]]] = {"presented": [], "requested": [], "responded": []}
 
     def keep(kind: str) -> Any:

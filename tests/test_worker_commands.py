@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections.abc import Iterator
+from queue import SimpleQueue
 
-import dramatiq
 import pytest
 import redis
-from dramatiq.broker import MessageProxy
 
 from conftest import Fleet
 from private_redis import Server, command_counts
@@ -26,8 +24,9 @@ from toolfleet.shared.naming import (
     outcome_key,
 )
 from toolfleet.shared.wire import Status, ToolCallRequest
-from toolfleet.worker.messaging import broker as broker_module
-from toolfleet.worker.messaging.broker import FleetRedisBroker, WaitingConsumer, make_broker
+from toolfleet.worker.messaging.broker import FleetRedisBroker, make_broker
+from toolfleet.worker.pipeline import fetch as fetch_module
+from toolfleet.worker.pipeline.fetch import Delivery, QueueFetcher, Slots
 from toolfleet.worker.pipeline.ledger import INFLIGHT_TTL_S, InFlight, Ledger, Posted, post_outcome
 
 QUEUE = "tools.commands"
@@ -36,9 +35,8 @@ NS = "tfcommands"
 
 @pytest.fixture
 def broker(counting_server: Server) -> Iterator[FleetRedisBroker]:
-    """A fleet broker on the private server, with the queue's actor declared."""
+    """A fleet broker on the private server."""
     made = make_broker(counting_server.url, NS)
-    dramatiq.actor(actor_name=actor_name_for(QUEUE), queue_name=QUEUE, broker=made)(print)
     yield made
     made.client.close()
 
@@ -97,34 +95,52 @@ def test_a_gone_body_is_still_fetched_as_none(broker: FleetRedisBroker) -> None:
     assert pairs[-1][1] is None and all(body is not None for _, body in pairs[:2])
 
 
-def test_a_short_batch_is_followed_by_a_wait_not_a_fetch(broker: FleetRedisBroker) -> None:
-    """After a fetch that took fewer messages than asked, the consumer blocks rather than fetch."""
-    consumer = broker.consume(QUEUE, prefetch=8, timeout=1000)
+def _fetcher(broker: FleetRedisBroker) -> tuple[QueueFetcher, SimpleQueue[Delivery | None]]:
+    """A fetcher of the queue with 8 free slots, its wait on a connection of its own."""
+    inbox: SimpleQueue[Delivery | None] = SimpleQueue()
+    pool = broker.client.connection_pool
+    fetcher = QueueFetcher(
+        broker, QUEUE, QUEUE, Slots(8), inbox, frozenset({actor_name_for(QUEUE)}),
+        lambda: redis.Redis(**pool.connection_kwargs),
+    )  # fmt: skip
+    return fetcher, inbox
+
+
+def test_a_short_batch_is_followed_by_a_wait_not_a_fetch(
+    broker: FleetRedisBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a fetch that took fewer messages than asked, the fetcher blocks rather than fetch."""
+    monkeypatch.setattr(fetch_module, "WAIT_S", 1.0)
+    fetcher, inbox = _fetcher(broker)
     Publisher(broker.client, NS).publish(QUEUE, _request())
-    assert isinstance(next(consumer), MessageProxy)
+    fetcher._step()
+    assert isinstance(inbox.get_nowait(), Delivery)
     broker.client.config_resetstat()
-    assert next(consumer) is None  # the queue is empty: one blocking wait, timed out
+    fetcher._step()  # the queue is empty: one blocking wait, timed out
+    assert inbox.empty()
     counts = command_counts(broker.client)
     assert counts.get("blmove") == 1
     assert "evalsha" not in counts and "eval" not in counts
-    consumer.close()
+    fetcher.waiter.close()
 
 
 def test_a_call_published_during_the_wait_is_fetched_next(broker: FleetRedisBroker) -> None:
     """The wait after a short batch ends on a push, and the same step fetches the pushed call."""
-    consumer = broker.consume(QUEUE, prefetch=8, timeout=1000)
+    fetcher, inbox = _fetcher(broker)
     publisher = Publisher(broker.client, NS)
     publisher.publish(QUEUE, _request())
-    assert isinstance(next(consumer), MessageProxy)
+    fetcher._step()
+    assert isinstance(inbox.get_nowait(), Delivery)
     request = _request()
     publisher.publish(QUEUE, request)
     broker.client.config_resetstat()
-    proxy = next(consumer)  # the wait sees the non-empty queue; the fetch takes the call
-    assert isinstance(proxy, MessageProxy)
-    assert request.id in proxy.args[0]
+    fetcher._step()  # the wait sees the non-empty queue; the fetch takes the call
+    delivery = inbox.get_nowait()
+    assert isinstance(delivery, Delivery)
+    assert request.id in delivery.message.args[0]
     counts = command_counts(broker.client)
     assert counts.get("blmove") == 1 and counts.get("evalsha") == 1
-    consumer.close()
+    fetcher.waiter.close()
 
 
 def test_the_finish_script_claims_the_outcome_with_one_set_nx(counting_server: Server) -> None:
@@ -232,32 +248,19 @@ def test_a_running_call_s_in_flight_hash_gets_its_ttl_from_the_heartbeat(
         r.close()
 
 
-def test_wake_ends_a_blocking_wait_at_once(
-    broker: FleetRedisBroker, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A stopping worker ends its consumer's blocking wait with CLIENT UNBLOCK, not at its end."""
-    # a wait longer than a stop may take, shorter than redis-py's 5 s socket timeout
-    monkeypatch.setattr(broker_module, "WAIT_S", 4.5)
-    consumer = broker.consume(QUEUE, prefetch=8, timeout=100)
-    assert isinstance(consumer, WaitingConsumer)
-    done = threading.Event()
-    returned: list[object] = []
-
-    def step() -> None:
-        returned.append(next(consumer))  # the queue is empty: fetch, then a 4.5 s wait
-        done.set()
-
-    thread = threading.Thread(target=step, daemon=True)
-    thread.start()
+def test_stop_ends_a_blocking_wait_at_once(broker: FleetRedisBroker) -> None:
+    """A stopping process ends its fetcher's blocking wait with CLIENT UNBLOCK, not at its end."""
+    fetcher, inbox = _fetcher(broker)
+    fetcher.start()  # the queue is empty: fetch, then a wait of up to 4.5 s
     deadline = time.monotonic() + 20
     while broker.client.info("clients")["blocked_clients"] < 1:
-        assert time.monotonic() < deadline, "the consumer never blocked"
+        assert time.monotonic() < deadline, "the fetcher never blocked"
         time.sleep(0.02)
-    assert not done.is_set()
+    assert fetcher.waiter.wait_s > 2.0
     started = time.monotonic()
-    consumer.wake()
-    assert done.wait(2.0), "the wait was not ended"
+    fetcher.stop()
+    fetcher.thread.join(2.0)
+    assert not fetcher.thread.is_alive(), "the wait was not ended"
     assert time.monotonic() - started < 2.0
-    assert returned == [None]
-    assert next(consumer) is None  # stopping: nothing more is fetched or handed out
-    consumer.close()
+    assert inbox.empty()
+    fetcher.join(1.0)

@@ -17,8 +17,8 @@ from toolfleet.shared.manifest import SwitchSpec
 from toolfleet.shared.naming import claim_key, outcome_key
 from toolfleet.shared.wire import ReplyEnvelope
 from toolfleet.worker.isolation import child
-from toolfleet.worker.messaging.actors import MessageHandler
 from toolfleet.worker.pipeline.calls import CallPipeline
+from toolfleet.worker.pipeline.handler import CallHandler
 from toolfleet.worker.pipeline.ledger import InFlight, Ledger
 from toolfleet.worker.pipeline.observe import Observer
 from toolfleet.worker.registry.registry import Registry
@@ -48,13 +48,13 @@ QUIET = "ext_walkable_quiet"
 
 
 @pytest.fixture
-def handler(r: redis.Redis, namespace: str) -> Iterator[tuple[MessageHandler, str]]:
+def handler(r: redis.Redis, namespace: str) -> Iterator[tuple[CallHandler, str]]:
     ns = f"{namespace}-walk-{uuid.uuid4().hex[:6]}"
     registry = Registry(ns)
     registry.add_extension(EXTENSION)
     pipeline = CallPipeline(registry, worker_id="test:1")
     yield (
-        MessageHandler(pipeline, Ledger(r, ns, "test:1", 60, 10), Observer(registry, "test:1")),
+        CallHandler(pipeline, Ledger(r, ns, "test:1", 60, 10), Observer(registry, "test:1")),
         ns,
     )
     pipeline.close()
@@ -88,7 +88,7 @@ def _reply(r: redis.Redis, request: ToolCallRequest) -> Any:
     ],
 )
 def test_local_refusals_are_answered_without_claiming_the_call(
-    handler: tuple[MessageHandler, str],
+    handler: tuple[CallHandler, str],
     r: redis.Redis,
     function: str,
     deadline_in_s: float,
@@ -106,7 +106,7 @@ def test_local_refusals_are_answered_without_claiming_the_call(
 
 
 def test_a_call_that_may_run_is_claimed_and_answered(
-    handler: tuple[MessageHandler, str], r: redis.Redis
+    handler: tuple[CallHandler, str], r: redis.Redis
 ) -> None:
     """The same handler claims and runs a call that passes the local checks."""
     worker, ns = handler

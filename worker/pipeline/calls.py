@@ -279,11 +279,21 @@ class CallPipeline:
 
     # -- the run ----------------------------------------------------------------
 
-    def call(self, request: ToolCallRequest) -> ToolCallResult:
-        """Answer one request (never raises).
+    def call(
+        self,
+        request: ToolCallRequest,
+        answer: Callable[[ToolCallResult], None] | None = None,
+    ) -> ToolCallResult:
+        """Answer one request (never raises but :class:`~.inproc.Abandoned`).
 
         The local refusals of :meth:`admit` are checked again (time has passed since),
         now with the switch states the claim read.
+
+        ``answer``, when given, posts the call's answer from another thread: a plain sync
+        tool (no retries, limit, breaker, descriptions or affinity) then runs on this
+        thread when it is a slot thread of the worker's loop, and at its limit (or a
+        cancel) a fresh thread posts ``timeout`` (``canceled``) through ``answer`` while
+        this one raises ``Abandoned`` once the tool returns.
         """
         started = time.time()
         refused = self._refusal(request, started, fresh_switches=True)
@@ -303,7 +313,7 @@ class CallPipeline:
             self._running_event(request, served, arguments)
 
             def run() -> ToolCallResult:
-                return self._run_with_retries(request, served, arguments, handle, timings)
+                return self._run_with_retries(request, served, arguments, handle, timings, answer)
 
             result = run() if self.gate is None else self.gate.guard(request, served, run, timings)
             stage = {Status.OK: "completed", Status.CANCELED: "canceled"}.get(result.status)
@@ -381,6 +391,7 @@ class CallPipeline:
         arguments: BaseModel,
         handle: CallHandle,
         timings: dict[str, Any],
+        answer: Callable[[ToolCallResult], None] | None = None,
     ) -> ToolCallResult:
         attempt = 1
         run_s = 0.0
@@ -389,7 +400,12 @@ class CallPipeline:
             fields = _plain_fields(request, self.worker_id, self.result_budget(request))
             context = self.registry.context(served, fields, self._progress_sink(request))
             handle.on_cancel(context.canceled_event.set)
-            outcome = self._run(served, arguments, context, limit_s, handle)
+            if answer is not None and self._inline(served):
+                outcome = self._run_inline(
+                    request, served, arguments, context, limit_s, handle, timings, answer
+                )
+            else:
+                outcome = self._run(served, arguments, context, limit_s, handle)
             if outcome.timed_out:
                 context.canceled_event.set()
             run_s += outcome.run_s
@@ -403,6 +419,45 @@ class CallPipeline:
                 return result
             log.info("retrying %s (call %s), attempt %d", served.function, request.id, attempt + 1)
             attempt += 1
+
+    def _inline(self, served: ServedTool) -> bool:
+        """True when ``served`` runs on the calling slot thread (see :meth:`call`)."""
+        spec = served.spec
+        return (
+            served.isolation == "thread"
+            and not served.is_async
+            and served.retry is None
+            and served.breaker is None
+            and served.concurrency is None
+            and spec.describe is None
+            and not spec.affinity
+            and self.runner.can_run_inline()
+        )
+
+    def _run_inline(
+        self,
+        request: ToolCallRequest,
+        served: ServedTool,
+        arguments: BaseModel,
+        context: ExtensionContext,
+        limit_s: float,
+        handle: CallHandle,
+        timings: dict[str, Any],
+        answer: Callable[[ToolCallResult], None],
+    ) -> Outcome:
+        """Run the tool on this thread; past its limit another thread answers (see call)."""
+
+        def answer_outcome(outcome: Outcome) -> None:  # on the fresh thread
+            context.canceled_event.set()
+            with self._running_lock:
+                self.running.pop(request.id, None)
+            late = {**timings, "run_s": outcome.run_s}
+            answer(self._result_of(request, served, outcome, limit_s, late))
+
+        invoke = served.spec.invoke
+        return self.runner.run_inline(
+            lambda: invoke(arguments, context), limit_s, handle, answer_outcome
+        )
 
     def _run(
         self,

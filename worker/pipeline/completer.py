@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -253,6 +253,8 @@ class Completer:
         self._cond = threading.Condition(threading.Lock())
         self._pending: list[_Waiting] = []
         self._writing = False
+        #: called before each write (the process's in-memory metrics go out first)
+        self.before_write: Callable[[], None] | None = None
 
     def complete(self, outcome: Outcome) -> int:
         """Write ``outcome`` with every other call finished meanwhile; return when written.
@@ -302,6 +304,12 @@ class Completer:
         the calls that finished meanwhile join it, so they too leave it at their deadline.
         """
         attempt = 0
+        before = self.before_write
+        if before is not None:
+            try:
+                before()
+            except Exception:  # noqa: BLE001 - metrics never hold up an answer
+                log.exception("could not write the call metrics")
         while batch:
             try:
                 posted = post_outcomes(

@@ -37,9 +37,10 @@ of failing its message and losing a result nobody could read.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -71,6 +72,7 @@ from toolfleet.worker.pipeline.completer import (
     post_outcome,
 )
 from toolfleet.worker.pipeline.replies import push_reply
+from toolfleet.worker.supervision.inflight_table import InFlightTable
 
 __all__ = [
     "INFLIGHT_TTL_S",
@@ -179,6 +181,8 @@ class Ledger:
         claim_replicas: replicas a durable claim waits for (``WAIT``); None: one when the
             claim's master has a replica, else none; 0: never wait.
         claim_replicas_timeout_ms: longest a durable claim waits for them, milliseconds.
+        table: the process's in-flight table in shared memory, which its supervisor's
+            watchdog reads (``None``: the watchdog reads Redis only).
     """
 
     def __init__(
@@ -191,8 +195,10 @@ class Ledger:
         events_maxlen: int = 100_000,
         claim_replicas: int | None = None,
         claim_replicas_timeout_ms: int = 100,
+        table: InFlightTable | None = None,
     ) -> None:
         self.client = client
+        self.table = table
         self.namespace = namespace
         self.worker_id = worker_id
         self.reply_ttl_s = reply_ttl_s
@@ -203,6 +209,9 @@ class Ledger:
         #: writes the outcomes of this process's calls, every finished call per write
         self.completer = Completer(client, namespace, worker_id, events_maxlen)
         self._claim_script = client.register_script(_CLAIM)
+        #: claim tokens: this process's random prefix and a counter (no syscall per call)
+        self._token_prefix = f"{worker_id}#{os.urandom(4).hex()}"
+        self._tokens = itertools.count()
         #: master name ('' on a plain Redis) -> (replicas, monotonic time to ask again)
         self._replicas: dict[str, tuple[int, float]] = {}
 
@@ -259,8 +268,8 @@ class Ledger:
                 attempt += 1
 
     def new_token(self) -> str:
-        """A claim token for one delivery: ``<worker id>#<random>``."""
-        return f"{self.worker_id}#{uuid.uuid4().hex[:12]}"
+        """A claim token for one delivery: ``<worker id>#<random><counter>`` (hex)."""
+        return f"{self._token_prefix}{next(self._tokens):x}"
 
     def claim(
         self,
@@ -326,10 +335,14 @@ class Ledger:
         if state == 0:
             return Claim(acquired=False, outcome=value, cancel=cancel, switches=switches)
         if state == 1:
+            if self.table is not None:
+                self.table.put(request.id, record.answer_by)
             return Claim(acquired=True, cancel=cancel, switches=switches,
                          replicas_wanted=wanted, replicas_acked=acked)  # fmt: skip
         held = as_text(value)
         if held == token:  # this delivery's own claim: a retry of a script whose reply was lost
+            if self.table is not None:
+                self.table.put(request.id, record.answer_by)
             return Claim(acquired=True, cancel=cancel, switches=switches,
                          replicas_wanted=wanted, replicas_acked=acked)  # fmt: skip
         owner = owner_of(held)
@@ -353,6 +366,8 @@ class Ledger:
             pipe.execute()
 
         self._retrying(request, "take-over", write)
+        if self.table is not None:
+            self.table.put(request.id, record.answer_by)
 
     def finish(
         self,
@@ -384,10 +399,16 @@ class Ledger:
             request.id, request.reply_to, data, self._ttl(request), self.reply_ttl_s,
             encoded, ack, request.deadline,
         )  # fmt: skip
-        return self.completer.complete(outcome)
+        try:
+            return self.completer.complete(outcome)
+        finally:
+            if self.table is not None:
+                self.table.clear(request.id)
 
     def forget(self, request: ToolCallRequest) -> None:
         """Drop the call's in-flight record (a delivery that ends without an answer)."""
+        if self.table is not None:
+            self.table.clear(request.id)
         try:
             self.client.hdel(inflight_key(self.namespace, self.worker_id), request.id)
         except redis.RedisError as exc:
@@ -407,6 +428,8 @@ class Ledger:
             record = InFlight.model_validate_json(raw)
             record.answer_by += waited_s
             self.client.hset(key, call_id, record.model_dump_json())
+            if self.table is not None:
+                self.table.move(call_id, record.answer_by)
         except redis.RedisError as exc:
             log.warning("could not postpone the watchdog of %s: %s", call_id, exc)
 

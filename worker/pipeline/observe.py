@@ -37,6 +37,8 @@ class Observer:
             writes (:mod:`toolfleet.shared.aggregates`); ``None``: they are off.
         failures: keeps each failed call for the failures index the heartbeat writes
             (:mod:`toolfleet.shared.failures`); ``None``: it is off.
+        tally: keeps the per-call counts in memory until its next flush (a worker process
+            flushes once per group commit and heartbeat); ``None``: each call writes them.
 
     A call is counted (:meth:`answered`) once its answer was written: a late result the
     fleet discards (the watchdog answered ``timeout`` first, and counted that) is not
@@ -51,9 +53,11 @@ class Observer:
         models: frozenset[str] = frozenset(),
         aggregates: Accumulator | None = None,
         failures: FailureLog | None = None,
+        tally: metrics.Tally | None = None,
     ) -> None:
         self.registry = registry
         self.failures = failures
+        self.tally = tally
         self.worker_id = worker_id
         self.models = models
         self.aggregates = aggregates
@@ -141,11 +145,19 @@ class Observer:
         slug, _ = self._extension(request.function)
         label = self._label(request.function)
         model = model_label(request.context.llmclient, self.models)
-        metrics.child(metrics.CALLS, label, slug, result.status.value, model).inc()
-        if result.run_s is not None:
-            metrics.child(metrics.CALL_DURATION, label, model).observe(result.run_s)
-        if result.queued_s is not None:
-            metrics.child(metrics.QUEUE_WAIT, queue).observe(result.queued_s)
+        tally = self.tally
+        if tally is not None:
+            tally.inc(metrics.CALLS, (label, slug, result.status.value, model))
+            if result.run_s is not None:
+                tally.observe(metrics.CALL_DURATION, (label, model), result.run_s)
+            if result.queued_s is not None:
+                tally.observe(metrics.QUEUE_WAIT, (queue,), result.queued_s)
+        else:
+            metrics.child(metrics.CALLS, label, slug, result.status.value, model).inc()
+            if result.run_s is not None:
+                metrics.child(metrics.CALL_DURATION, label, model).observe(result.run_s)
+            if result.queued_s is not None:
+                metrics.child(metrics.QUEUE_WAIT, queue).observe(result.queued_s)
         if self.aggregates is not None:
             self.aggregates.record(
                 label,

@@ -9,6 +9,8 @@ goes backwards between scrapes. Base units: seconds.
 
 from __future__ import annotations
 
+import bisect
+import threading
 from typing import Any, TypeVar
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -37,6 +39,7 @@ __all__ = [
     "SHAPED",
     "STUCK_THREADS",
     "WORKER_UP",
+    "Tally",
     "child",
 ]
 
@@ -61,6 +64,68 @@ def child(metric: M, *labels: str) -> M:
     if found is None:
         found = _children[key] = metric.labels(*labels)
     return found
+
+
+class Tally:
+    """Per-call counter and histogram updates kept in memory, written once per batch.
+
+    A write to prometheus-client's multiprocess files takes a lock, a pid check and an
+    mmap write per value; a worker process adds up the calls it answers instead and hands
+    the sums to prometheus-client in :meth:`flush`, once per group commit (just before
+    the outcomes are written, so a call's metrics are out before its reply) and at each
+    heartbeat: one increment per label set and batch for a counter, one per bucket and
+    one for the sum for a histogram. Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[Any, tuple[str, ...]], float] = {}
+        self._observed: dict[tuple[Any, tuple[str, ...]], list[float]] = {}
+
+    def inc(self, metric: Counter, labels: tuple[str, ...], amount: float = 1.0) -> None:
+        """Add ``amount`` to ``metric{labels}`` at the next flush."""
+        key = (metric, labels)
+        with self._lock:
+            self._counts[key] = self._counts.get(key, 0.0) + amount
+
+    def observe(self, metric: Histogram, labels: tuple[str, ...], value: float) -> None:
+        """Observe ``value`` in ``metric{labels}`` at the next flush."""
+        key = (metric, labels)
+        with self._lock:
+            found = self._observed.get(key)
+            if found is None:
+                self._observed[key] = [value]
+            else:
+                found.append(value)
+
+    def flush(self) -> None:
+        """Write what accumulated to prometheus-client."""
+        with self._lock:
+            if not self._counts and not self._observed:
+                return
+            counts, self._counts = self._counts, {}
+            observed, self._observed = self._observed, {}
+        for (metric, labels), amount in counts.items():
+            child(metric, *labels).inc(amount)
+        for (metric, labels), values in observed.items():
+            _observe_all(child(metric, *labels), values)
+
+
+def _observe_all(histogram: Any, values: list[float]) -> None:
+    """``histogram.observe(v)`` for each value, one write per bucket hit and one for the sum.
+
+    What prometheus-client's ``Histogram.observe`` does per value (its ``_sum``,
+    ``_upper_bounds`` and ``_buckets``), summed first.
+    """
+    bounds = histogram._upper_bounds
+    hits: dict[int, int] = {}
+    for value in values:
+        index = bisect.bisect_left(bounds, value)  # the first bound >= value
+        if index < len(bounds):
+            hits[index] = hits.get(index, 0) + 1
+    histogram._sum.inc(sum(values))
+    for index, count in hits.items():
+        histogram._buckets[index].inc(count)
 
 
 #: Execution-time and queue-wait buckets, 1 ms to 100 s, 20 a decade (about 12 % wide):

@@ -212,6 +212,7 @@ class Supervisor:
             aggregates_ttl_s=self.options.settings.aggregates_ttl_s,
             failures_retention_s=self.options.settings.failures_retention_s,
             failures_max=self.options.settings.failures_max,
+            tables_dir=self.metrics_dir,
         )
         nothing_to_serve = False
         while not self._stop.wait(0.2):
@@ -231,6 +232,7 @@ class Supervisor:
                 standing_in = slot.restarts < STAND_IN_QUICK_DEATHS and not self._stop.is_set()
                 self._recover(pid, restarting=standing_in)
                 mark_dead(pid, self.metrics_dir)
+                watchdog.tables.forget(pid)
                 remove_heartbeat(Settings.from_env().health_dir, pid)
                 self._restart(slot)
         watchdog.stop()

@@ -8,9 +8,11 @@ calls in ``<ns>:inflight:<worker id>`` with the time by which it answers them it
 (the limit plus its isolation's margin; see :class:`~toolfleet.worker.pipeline.ledger.InFlight`)
 and removes a record in the same atomic step that posts the call's reply.
 
-Every ``interval_s`` the watchdog reads the records of the supervisor's live processes;
-while it finds none, it reads them less often (a record is due at the earliest
-``MIN_ANSWER_S`` after its claim, so the idle pause loses no time).
+Every ``interval_s`` the watchdog reads the table each live process keeps of its running
+calls in shared memory (:mod:`.inflight_table`: by when each is answered), with no Redis
+command; only for a process with a call past its time (or without a table) does it read
+the records in Redis. While it finds no running call, it looks less often (a record is
+due at the earliest ``MIN_ANSWER_S`` after its claim, so the idle pause loses no time).
 A record ``margin_s`` past its ``answer_by`` gets the ``timeout`` reply from here
 (through :func:`~toolfleet.worker.pipeline.ledger.post_outcome`: if the process answered first,
 nothing is posted; if it answers later, its late result is discarded), an error log line
@@ -41,6 +43,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import redis
 from prometheus_client import CollectorRegistry
@@ -56,6 +59,7 @@ from toolfleet.shared.pipelines import pipeline
 from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallResult
 from toolfleet.worker.messaging.recovery import forget_calls
 from toolfleet.worker.pipeline.ledger import MIN_ANSWER_S, InFlight, Posted, post_outcome
+from toolfleet.worker.supervision.inflight_table import TableReader
 from toolfleet.worker.supervision.supervisor_counts import SupervisorCalls
 
 __all__ = ["Watchdog", "start_watchdog"]
@@ -79,6 +83,7 @@ class Watchdog:
         aggregates_ttl_s: seconds each minute's aggregates live (0: not counted there).
         failures_retention_s: seconds a failure stays in the failures index (0: none).
         failures_max: most failures the index keeps.
+        tables: the processes' in-flight tables (``None``: read Redis every check).
     """
 
     def __init__(
@@ -95,8 +100,10 @@ class Watchdog:
         aggregates_ttl_s: int = 86_400,
         failures_retention_s: int = 86_400,
         failures_max: int = 200_000,
+        tables: TableReader | None = None,
     ) -> None:
         self.client = client
+        self.tables = tables or TableReader(None)
         self.namespace = namespace
         self.reply_ttl_s = reply_ttl_s
         self.processes = processes
@@ -156,12 +163,26 @@ class Watchdog:
             redis.RedisError: Redis failed.
         """
         processes = self.processes()
+        self.tables.forget_all_but(set(processes.values()))
+        pending = {worker_id for worker_id, _ in self._answered}
+        running = 0
+        due: dict[str, int] = {}
+        for worker_id, pid in processes.items():
+            earliest, count = self.tables.earliest(pid)
+            if worker_id in pending or earliest == 0.0:
+                due[worker_id] = pid  # followed up, or no table to trust: read Redis
+            elif earliest is not None and now >= earliest + self.margin_s:
+                due[worker_id] = pid
+            else:
+                running += count
+        if not due:
+            self._answered = {}
+            return running
         pipe = pipeline(self.client)
-        for worker_id in processes:
+        for worker_id in due:
             pipe.hgetall(inflight_key(self.namespace, worker_id))
         seen: set[tuple[str, str]] = set()
-        running = 0
-        for (worker_id, pid), records in zip(processes.items(), pipe.execute(), strict=True):
+        for (worker_id, pid), records in zip(due.items(), pipe.execute(), strict=True):
             running += len(records)
             for raw in records.values():
                 try:
@@ -293,15 +314,16 @@ def start_watchdog(
     pids: Callable[[], list[int]],
     registry: CollectorRegistry | None,
     heartbeat_interval_s: float = 2.0,
+    tables_dir: str | Path | None = None,
     **counting: int,
 ) -> Watchdog:
     """Start the watchdog of a supervisor's processes (``pids``: the live ones).
 
     A process to replace gets SIGKILL (the supervisor sees it exit and restarts it), at
     the earliest ``max(1, 1.5 x heartbeat_interval_s)`` seconds after the watchdog
-    answered for it. The overrun counter joins ``registry`` when there is one.
-    ``counting``: :class:`Watchdog`'s ``aggregates_ttl_s``, ``failures_retention_s`` and
-    ``failures_max``.
+    answered for it. The overrun counter joins ``registry`` when there is one. The
+    processes write their in-flight tables to ``tables_dir``. ``counting``:
+    :class:`Watchdog`'s ``aggregates_ttl_s``, ``failures_retention_s`` and ``failures_max``.
     """
     host = socket.gethostname()
 
@@ -314,8 +336,9 @@ def start_watchdog(
 
     grace_s = max(1.0, 1.5 * heartbeat_interval_s)
     watchdog = Watchdog(
-        client, namespace, reply_ttl_s, processes, replace, grace_s=grace_s, **counting
-    )
+        client, namespace, reply_ttl_s, processes, replace, grace_s=grace_s,
+        tables=TableReader(tables_dir), **counting,
+    )  # fmt: skip
     if registry is not None:
         registry.register(watchdog)
     watchdog.start()

@@ -1,4 +1,4 @@
-"""One worker process: load extensions, run a Dramatiq ``Worker`` for the queues, drain on SIGTERM.
+"""One worker process: load extensions, run its own loop on the Dramatiq queues, drain on SIGTERM.
 
 Started by the supervisor as ``python -m toolfleet.worker.supervision.worker_process ...``;
 not a public API.
@@ -18,7 +18,6 @@ import time
 from types import FrameType
 from typing import TYPE_CHECKING
 
-import dramatiq
 import redis
 
 from toolfleet.shared.aggregates import Accumulator
@@ -32,13 +31,14 @@ from toolfleet.shared.naming import (
     slot_name,
 )
 from toolfleet.shared.settings import Settings
-from toolfleet.worker.messaging.actors import MessageHandler, declare_actors
-from toolfleet.worker.messaging.broker import fleet_middleware, make_broker, wake_consumers
+from toolfleet.worker.messaging.broker import make_broker
 from toolfleet.worker.messaging.maintenance import record_broker_queues
 from toolfleet.worker.messaging.slots import SlotJanitor
 from toolfleet.worker.pipeline.calls import CallPipeline
 from toolfleet.worker.pipeline.cancels import CancelListener
+from toolfleet.worker.pipeline.handler import CallHandler
 from toolfleet.worker.pipeline.ledger import Ledger
+from toolfleet.worker.pipeline.loop import CallLoop
 from toolfleet.worker.pipeline.observe import Observer
 from toolfleet.worker.pipeline.replies import post_rejection
 from toolfleet.worker.pipeline.routes import RouteRecorder
@@ -47,10 +47,13 @@ from toolfleet.worker.registry.redaction import Redactor
 from toolfleet.worker.registry.registry import Registry
 from toolfleet.worker.registry.scrubbed_streams import scrub_standard_streams
 from toolfleet.worker.supervision import metrics
+from toolfleet.worker.supervision.exposition import MULTIPROC_ENV
 from toolfleet.worker.supervision.health import remove_heartbeat, write_heartbeat
 from toolfleet.worker.supervision.heartbeat import CatalogPublisher
+from toolfleet.worker.supervision.inflight_table import InFlightTable, table_path
 from toolfleet.worker.supervision.logs import configure_logging
 from toolfleet.worker.supervision.reachability import wait_until_reachable
+from toolfleet.worker.supervision.redis_factory import redis_client
 from toolfleet.worker.tenancy.gate import Gate, breaker_event_poster
 
 if TYPE_CHECKING:
@@ -157,10 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         _answer_poison(broker.client, settings.reply_ttl_s, data, error)
 
     broker.on_poison = on_poison
-    fleet_middleware(broker).reject = lambda raw, why: bool(
-        raw is not None and post_rejection(broker.client, settings.reply_ttl_s, raw, why, worker_id)
-    )
-    dramatiq.set_broker(broker)
+    tables_dir = os.environ.get(MULTIPROC_ENV)  # the supervisor's watchdog reads it there
+    table = InFlightTable(table_path(tables_dir, os.getpid())) if tables_dir else None
     ledger = Ledger(
         broker.client,
         namespace,
@@ -169,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         settings.worker_ttl_s,
         claim_replicas=settings.claim_replicas,
         claim_replicas_timeout_ms=settings.claim_replicas_timeout_ms,
+        table=table,
     )
     slot = slot_name(socket.gethostname(), os.getppid(), args.index)
     affinity_routes = {q: affinity_queue_for(q, slot) for q in registry.affinity_queues & queues}
@@ -190,17 +192,22 @@ def main(argv: list[str] | None = None) -> int:
     routes = {private: public for public, private in affinity_routes.items()}
     aggregates = Accumulator() if settings.aggregates_ttl_s > 0 else None
     failures = FailureLog() if settings.failures_retention_s > 0 else None
+    tally = metrics.Tally()  # out once per group commit and each second, not per call
+    ledger.completer.before_write = tally.flush
     observer = Observer(
-        registry, worker_id, models=frozenset(settings.quality_models), aggregates=aggregates,
+        registry,
+        worker_id,
+        models=frozenset(settings.quality_models),
+        aggregates=aggregates,
         failures=failures,
-    )  # fmt: skip
+        tally=tally,
+    )
     recorder = (
         RouteRecorder(broker.client, namespace, worker_id, settings.affinity_ttl_s)
         if routes
         else None
     )
-    handler = MessageHandler(pipeline, ledger, observer, recorder)
-    declare_actors(broker, handler, queues, private=routes)
+    handler = CallHandler(pipeline, ledger, observer, recorder)
     # before anything is fetched: the broker's heartbeat, then the record of its queues by
     # which maintenance finds the acks sets it leaves if it dies
     started = broker.client.pipeline(transaction=False)
@@ -232,8 +239,18 @@ def main(argv: list[str] | None = None) -> int:
         failures_max=settings.failures_max,
     )
     cancels = CancelListener(redis_url, namespace, pipeline, factory=factory)
-    worker = dramatiq.Worker(broker, queues=queues | set(routes), worker_threads=args.threads)
-    worker.start()
+    loop = CallLoop(
+        broker,
+        handler,
+        {queue: queue for queue in queues} | routes,
+        args.threads,
+        connect=lambda: redis_client(redis_url, factory=factory, health_check_interval=30),
+        reject=lambda raw, why: bool(
+            raw is not None
+            and post_rejection(broker.client, settings.reply_ttl_s, raw, why, worker_id)
+        ),
+    )
+    loop.start()
     publisher.start()
     cancels.start()
     if janitor is not None:  # slots a supervisor killed outright left on this host: now
@@ -246,11 +263,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     metrics.WORKER_UP.set(1)
     try:
-        code = _serve_until_stopped(stop, pipeline, settings)
+        code = _serve_until_stopped(stop, pipeline, settings, tally)
         log.info("draining (grace %.1f s)", settings.shutdown_grace_s)
         publisher.stop()
-        wake_consumers(worker)
-        worker.stop(timeout=int(settings.shutdown_grace_s * 1000))
+        loop.stop(settings.shutdown_grace_s)
+        tally.flush()
         cancels.stop()
         try:
             publisher.flush_aggregates()  # the calls answered since the last beat
@@ -264,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         pipeline.close()
     finally:
         remove_heartbeat(settings.health_dir)
+        if table is not None:
+            table.close()
     return code
 
 
@@ -280,12 +299,18 @@ def _sweep_slots(janitor: SlotJanitor, broker: RedisBroker) -> None:
 MAX_LOOP_BLOCK_S = 10.0
 
 
-def _serve_until_stopped(stop: threading.Event, pipeline: CallPipeline, settings: Settings) -> int:
-    """Watch the process's health each second; refresh the heartbeat file while healthy."""
+def _serve_until_stopped(
+    stop: threading.Event, pipeline: CallPipeline, settings: Settings, tally: metrics.Tally
+) -> int:
+    """Watch the process's health each second; refresh the heartbeat file while healthy.
+
+    Each second also writes the call metrics kept in memory since the last group commit.
+    """
     blocked_since: float | None = None
     functions = len(pipeline.registry.served)
     write_heartbeat(settings.health_dir, True, functions)
     while not stop.wait(1.0):
+        tally.flush()
         stuck = pipeline.runner.stuck_threads
         metrics.STUCK_THREADS.set(stuck)
         if stuck > settings.max_stuck_threads:

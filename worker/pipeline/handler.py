@@ -1,4 +1,9 @@
-"""One generic Dramatiq actor per queue: decode the request, claim it, run it, post the reply."""
+"""Admit, run and complete one call on the slot thread that took its message.
+
+The stages after :mod:`.fetch`: decode the request, drop a duplicate delivery, admit it
+(:meth:`~.calls.CallPipeline.admit`), claim it, run it, and post its one reply through
+the ledger's group commit, acknowledging its Dramatiq message in the same script.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +12,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import dramatiq
 import redis
-from dramatiq.brokers.redis import RedisBroker
-from dramatiq.middleware import CurrentMessage
 from pydantic import ValidationError
 
 from toolfleet.shared import codec, tracing
 from toolfleet.shared.metric_labels import function_label
-from toolfleet.shared.naming import actor_name_for
 from toolfleet.shared.wire import Status, ToolCallRequest, ToolCallResult, validation_problems
-from toolfleet.worker.messaging.broker import FleetRedisBroker
+from toolfleet.worker.isolation.inproc import Abandoned
 from toolfleet.worker.pipeline.calls import CallPipeline
 from toolfleet.worker.pipeline.ledger import InlineAck, Ledger, Posted
 from toolfleet.worker.pipeline.observe import Observer
@@ -27,21 +28,20 @@ from toolfleet.worker.pipeline.surrogates import has_lone_surrogate, replace_lon
 from toolfleet.worker.supervision import metrics
 from toolfleet.worker.supervision.logs import call_scope
 
-__all__ = ["MessageHandler", "RejectedMessage", "declare_actors"]
+__all__ = ["CallHandler", "RejectedMessage", "stream_event"]
 
-log = logging.getLogger("toolfleet.worker.actors")
+log = logging.getLogger("toolfleet.worker.handler")
 
 
-class RejectedMessage(Exception):  # noqa: N818 - Dramatiq "throws" exception, not an error of ours
+class RejectedMessage(Exception):  # noqa: N818 - a verdict on a message, not an error of ours
     """The message was not a request.
 
-    It is answered ``rejected`` where a reply address can be read, and dead-lettered
-    (Dramatiq nacks a message whose actor raised).
+    It is answered ``rejected`` where a reply address can be read, and dead-lettered.
     """
 
 
-class MessageHandler:
-    """Answers messages: the body of every queue's actor.
+class CallHandler:
+    """Answers messages, on the slot thread that took each.
 
     It decodes the message, drops a duplicate delivery of a call running in this
     process, and takes the call through the pipeline's decisions (:meth:`CallPipeline.admit`
@@ -73,15 +73,14 @@ class MessageHandler:
         self._active: set[str] = set()
         self._active_lock = threading.Lock()
         self._handed_back: dict[str, int] = {}
-        #: Puts the message being handled back on its queue, for the n-th time (set by
-        #: :func:`declare_actors`).
+        #: Puts a message back on its queue, for the n-th time (set by the loop).
         self.hand_back: Callable[[InlineAck, int], None] | None = None
 
     def handle(self, raw: Any, queue: str, ack: InlineAck | None = None) -> None:
         """Answer one message body (the orjson-encoded :class:`ToolCallRequest`).
 
         ``ack``, when given, is the message's Dramatiq acknowledgement, made in the same
-        script that answers the call (the consumer then skips its own round trip).
+        script that answers the call (``ack.done`` then; the loop acknowledges otherwise).
 
         A request whose ``reply_to`` or ``id`` holds a lone surrogate (no Redis key can be
         named with it) is refused unrun, in one log line: with no reply when it is the
@@ -90,7 +89,7 @@ class MessageHandler:
 
         Raises:
             RejectedMessage: the body is not a request (after answering ``rejected`` when a
-                reply address can be read), so that Dramatiq dead-letters it.
+                reply address can be read), so that the loop dead-letters it.
         """
         try:
             request = ToolCallRequest.decode(
@@ -202,8 +201,14 @@ class MessageHandler:
             )
             self.ledger.take_over(request, token, record)
         requested = self.observer.requested(request)
+
+        def answer(late: ToolCallResult) -> None:  # a fresh thread, past the limit
+            self._finish(request, late, queue, requested, ack)
+
         try:
-            result = self.pipeline.call(request)
+            result = self.pipeline.call(request, answer)
+        except Abandoned:
+            raise  # answered by the thread that took this one's slot
         except BaseException:
             self.ledger.forget(request)
             crashed = self.pipeline.failure(request, Status.CRASHED, "worker error")
@@ -236,7 +241,7 @@ class MessageHandler:
     def _handed_back_now(self, request: ToolCallRequest, ack: InlineAck | None) -> bool:
         """Put the call back at the end of its queue; False when that failed.
 
-        Nothing was claimed; the consumer's own acknowledgement is skipped (``ack.done``).
+        Nothing was claimed; the loop does not acknowledge it again (``ack.done``).
         """
         if ack is None or self.hand_back is None:
             return False
@@ -305,39 +310,6 @@ def stream_event(responded: dict[str, Any], requested: dict[str, Any] | None) ->
     return {**responded, "requested_at": requested["at"], "arguments": requested["arguments"]}
 
 
-def inline_ack(broker: RedisBroker) -> InlineAck | None:
-    """The acknowledgement of the message this worker thread is handling, made with its answer.
-
-    None when the broker cannot take it (not a :class:`FleetRedisBroker`, or no current
-    message): Dramatiq then acknowledges the message itself, as usual.
-    """
-    if not isinstance(broker, FleetRedisBroker):
-        return None
-    message = CurrentMessage.get_current_message()
-    return broker.inline_ack(message) if message is not None else None
-
-
-#: Seconds this process's consumer of a queue pauses after handing a call back, per time
-#: that call was handed back: a worker that serves the name fetches it meanwhile.
-HAND_BACK_PAUSE_S = 0.05
-
-
-def _hand_back(broker: FleetRedisBroker, ack: InlineAck, times: int) -> None:
-    """Put the current message back at the end of its queue (Dramatiq's ``requeue``).
-
-    This process's consumer of that queue then pauses ``times * HAND_BACK_PAUSE_S``
-    seconds, so that the message is not fetched by this process again at once.
-
-    Raises:
-        redis.RedisError: Redis failed.
-    """
-    message = CurrentMessage.get_current_message()
-    if message is None:
-        raise redis.RedisError("no current message")
-    broker.pause_fetch(message.queue_name, times * HAND_BACK_PAUSE_S)
-    broker.do_requeue(message.queue_name, ack.redis_id)
-
-
 def _size_bound(raw: Any) -> int:
     """An upper bound of the encoded message in bytes (UTF-8: at most 4 bytes a character)."""
     if isinstance(raw, bytes):
@@ -345,38 +317,3 @@ def _size_bound(raw: Any) -> int:
     if isinstance(raw, str):
         return 4 * len(raw)
     return 1 << 62  # not a string: measure the arguments themselves
-
-
-def declare_actors(
-    broker: RedisBroker,
-    handler: MessageHandler,
-    queues: set[str],
-    *,
-    private: dict[str, str] | None = None,
-) -> list[dramatiq.Actor[Any, Any]]:
-    """Declare the generic actor of each queue on ``broker``.
-
-    Args:
-        broker: this process's broker.
-        handler: answers the messages.
-        queues: the queues served.
-        private: queue only this process's slot consumes -> the queue it stands in for
-            (session affinity); its calls are answered and counted as that queue's.
-    """
-    actors = []
-    if isinstance(broker, FleetRedisBroker):
-        handler.hand_back = lambda ack, times: _hand_back(broker, ack, times)
-    served = {queue: queue for queue in queues} | (private or {})
-    for queue, counted_as in sorted(served.items()):
-
-        def call_tool(raw: Any, *, _queue: str = counted_as) -> None:
-            handler.handle(raw, _queue, inline_ack(broker))
-
-        declare = dramatiq.actor(
-            actor_name=actor_name_for(queue),
-            queue_name=queue,
-            broker=broker,
-            throws=(RejectedMessage,),
-        )
-        actors.append(declare(call_tool))
-    return actors
