@@ -101,7 +101,7 @@ def _fetcher(broker: FleetRedisBroker) -> tuple[QueueFetcher, SimpleQueue[Delive
     pool = broker.client.connection_pool
     fetcher = QueueFetcher(
         broker, QUEUE, QUEUE, Slots(8), inbox, frozenset({actor_name_for(QUEUE)}),
-        lambda: redis.Redis(**pool.connection_kwargs),
+        lambda: redis.Redis(connection_pool=redis.ConnectionPool(**pool.connection_kwargs)),
     )  # fmt: skip
     return fetcher, inbox
 
