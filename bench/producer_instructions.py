@@ -85,7 +85,7 @@ def _child(system: str, calls: int, warmup: int) -> None:
     for n in range(20):
         burst(range(n, n + 1))
     burst(range(warmup))
-    _say("ready")
+    _say("ready " + json.dumps([t.name for t in threading.enumerate()]))
     while True:  # a short poll keeps the process scheduled (callgrind_control needs it)
         readable, _, _ = select.select([sys.stdin], [], [], 0.2)
         if not readable:
@@ -111,11 +111,20 @@ def _control(*argv: str) -> None:
 
 
 def _dumped_ir(files: set[Path]) -> int:
-    total = 0
+    return sum(_per_thread(files).values())
+
+
+def _per_thread(files: set[Path]) -> dict[int, int]:
+    """Instructions per callgrind thread number (1: the main thread; one file without
+    ``--separate-threads``)."""
+    found: dict[int, int] = {}
     for path in sorted(files):
-        found = re.search(r"^(?:summary|totals):\s*(\d+)", path.read_text(), re.MULTILINE)
-        total += int(found.group(1)) if found else 0
-    return total
+        text = path.read_text()
+        total = re.search(r"^(?:summary|totals):\s*(\d+)", text, re.MULTILINE)
+        thread = re.search(r"^thread:\s*(\d+)", text, re.MULTILINE)
+        number = int(thread.group(1)) if thread else 1
+        found[number] = found.get(number, 0) + (int(total.group(1)) if total else 0)
+    return found
 
 
 def _dump(folder: Path, pid: int) -> tuple[int, set[Path]]:
@@ -236,6 +245,7 @@ def measure(system_key: str, args: argparse.Namespace, server: Any, procs: Any) 
                 "valgrind",
                 "--tool=callgrind",
                 "--instr-atstart=no",
+                f"--separate-threads={'yes' if args.per_thread else 'no'}",
                 f"--callgrind-out-file={folder}/cg.%p",
                 sys.executable,
                 str(Path(__file__).resolve()),
@@ -252,8 +262,10 @@ def measure(system_key: str, args: argparse.Namespace, server: Any, procs: Any) 
             stderr=(folder / "producer.log").open("wb"),
         )
         assert child.stdin is not None and child.stdout is not None
-        if _read_line(child.stdout, 900) != "ready":
+        ready = _read_line(child.stdout, 900)
+        if not ready.startswith("ready "):
             raise RuntimeError(f"{system_key}: the producer did not get ready")
+        threads = json.loads(ready.removeprefix("ready "))
 
         def send(line: str) -> None:
             assert child is not None and child.stdin is not None
@@ -286,6 +298,10 @@ def measure(system_key: str, args: argparse.Namespace, server: Any, procs: Any) 
         send("quit")
         child.wait(timeout=120)
         net = burst_ir - idle_rate * burst_s
+        per_thread = {
+            f"{n}:{threads[n - 1] if n <= len(threads) else '?'}": round(ir / args.calls)
+            for n, ir in sorted(_per_thread(files).items())
+        }
         return {
             "system": system.label,
             "calls": args.calls,
@@ -296,6 +312,7 @@ def measure(system_key: str, args: argparse.Namespace, server: Any, procs: Any) 
             "burst_ir": burst_ir,
             "ir_per_call": round(burst_ir / args.calls),
             "net_ir_per_call": round(net / args.calls),
+            **({"ir_per_call_by_thread": per_thread} if args.per_thread else {}),
             "redis_commands": census.of(ports, args.calls),
         }
     finally:
@@ -316,6 +333,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--systems", default="toolfleet,dramatiq")
     parser.add_argument("--annotate", default="", help="keep the burst dumps in this folder")
     parser.add_argument("--keep", action="store_true", help="keep the work folders")
+    parser.add_argument(
+        "--per-thread",
+        action="store_true",
+        help="also instructions per call by thread (callgrind --separate-threads; the names "
+        "are the producer's threads in start order, roughly callgrind's numbers)",
+    )
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
