@@ -47,6 +47,10 @@ from toolfleet.shared.text import as_text
 __all__ = ["AsyncCatalogReader", "Catalog", "CatalogReader", "read_entries"]
 
 
+#: Most (function, account) pairs a snapshot remembers the refusal of.
+MEMO_SIZE = 4096
+
+
 @dataclass(frozen=True)
 class Catalog:
     """A snapshot of the catalog.
@@ -79,8 +83,11 @@ class Catalog:
     def __post_init__(self) -> None:
         if not self.typed and self.entries:
             object.__setattr__(self, "typed", _typed(self.entries))
-        #: function -> switched off, as this snapshot says (it never changes)
+        # what this snapshot says (it never changes), asked per call: function -> switched
+        # off; (function, account) -> refusal; function -> identity
         object.__setattr__(self, "_off", {})
+        object.__setattr__(self, "_refusals", {})
+        object.__setattr__(self, "_identities", {})
 
     def is_live(self, function: str) -> bool:
         """True when ``function``'s queue has a live worker."""
@@ -110,8 +117,27 @@ class Catalog:
     def refusal(self, function: str, account: str | None) -> Refusal | None:
         """Why ``function`` may not be offered or called for ``account`` (``None``: it may).
 
-        The rule producer and worker share: :func:`toolfleet.shared.catalog.refusal`.
+        The rule producer and worker share: :func:`toolfleet.shared.catalog.refusal`
+        (the snapshot remembers its answers for up to :data:`MEMO_SIZE` pairs).
         """
+        memo: dict[tuple[str, str | None], Refusal | None] = self._refusals  # type: ignore[attr-defined]
+        key = (function, account)
+        if key in memo:
+            return memo[key]
+        found = self._refusal(function, account)
+        if len(memo) < MEMO_SIZE:
+            memo[key] = found
+        return found
+
+    def identity_of(self, function: str) -> str | None:
+        """The identity (``<slug>/<tool>``) of ``function``'s entry; ``None`` without one."""
+        memo: dict[str, str | None] = self._identities  # type: ignore[attr-defined]
+        if function not in memo:
+            entry = self.typed.get(function)
+            memo[function] = entry.identity if entry is not None else None
+        return memo[function]
+
+    def _refusal(self, function: str, account: str | None) -> Refusal | None:
         entry = self.typed.get(function)
         republishing = self.recovering is not None and (
             function in self.recovering or function in self.seen

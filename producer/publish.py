@@ -93,17 +93,23 @@ def encode_message(
     the request.
     """
     redis_message_id = redis_message_id or str(uuid.uuid4())
-    with tracing.produce(queue, request) as request:
-        message: dict[str, Any] = {
-            "queue_name": queue,
-            "actor_name": actor_name_for(queue),
-            "args": [request.encode().decode("utf-8")],
-            "kwargs": {},
-            "options": {"redis_message_id": redis_message_id},
-            "message_id": request.id,
-            "message_timestamp": int(time.time() * 1000),
-        }
-    return redis_message_id, orjson.dumps(message)
+    if tracing.producing():
+        with tracing.produce(queue, request) as request:
+            return redis_message_id, _message_body(queue, request, redis_message_id)
+    return redis_message_id, _message_body(queue, request, redis_message_id)
+
+
+def _message_body(queue: str, request: ToolCallRequest, redis_message_id: str) -> bytes:
+    message: dict[str, Any] = {
+        "queue_name": queue,
+        "actor_name": actor_name_for(queue),
+        "args": [request.encode().decode("utf-8")],
+        "kwargs": {},
+        "options": {"redis_message_id": redis_message_id},
+        "message_id": request.id,
+        "message_timestamp": int(time.time() * 1000),
+    }
+    return orjson.dumps(message)
 
 
 class _Dispatch:

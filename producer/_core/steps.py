@@ -456,6 +456,7 @@ class ProducerCore:
                 settings=self.config.settings,
                 lengths=self.lengths,
                 max_result_bytes=share,
+                context_checked=ctx is not context,
             )
             if isinstance(prepared, ToolCallResult):
                 state.answer(call.index, self._refused(prepared, ctx))
