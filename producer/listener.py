@@ -28,7 +28,7 @@ from toolfleet.producer._core.pending import PendingTable
 from toolfleet.shared.pipelines import pipeline
 from toolfleet.shared.reconnect import OUTAGE_ERRORS, Reconnect
 
-__all__ = ["DRAIN_BATCH", "MARK_WAIT_S", "MAX_WAIT_S", "ReplyListener"]
+__all__ = ["DRAIN_BATCH", "MARK_WAIT_S", "MAX_WAIT_S", "ReplyListener", "blmpop_refused"]
 
 log = logging.getLogger("toolfleet.producer.listener")
 
@@ -39,6 +39,16 @@ MAX_WAIT_S = 1.0
 #: Longest wait, seconds, for the fleet to take note of a call resolved here (a deadline,
 #: a cancel) before its caller gets the result anyway.
 MARK_WAIT_S = 0.1
+
+
+def blmpop_refused(exc: redis.ResponseError) -> bool:
+    """Whether Redis refused ``BLMPOP`` itself (unknown before 7.0, or not the ACL user's).
+
+    The listener then waits with ``BLPOP`` and drains with ``LPOP``.
+    """
+    if isinstance(exc, redis.exceptions.NoPermissionError):
+        return True
+    return "unknown command" in str(exc).lower()
 
 
 class ReplyListener:
@@ -172,8 +182,7 @@ class ReplyListener:
         try:
             item: Any = client.blmpop(MAX_WAIT_S, 1, self.key, direction="LEFT", count=DRAIN_BATCH)
         except redis.ResponseError as exc:
-            refused = isinstance(exc, redis.exceptions.NoPermissionError)
-            if not refused and "unknown command" not in str(exc).lower():
+            if not blmpop_refused(exc):
                 raise
             self._blmpop = False
             return

@@ -4,6 +4,7 @@ then ``LPOP`` where ``BLMPOP`` is refused."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import redis
 
 from conftest import start_fleet
 from private_redis import Server, TopLevelCommands, command_counts
-from toolfleet.producer import ToolClient
+from toolfleet.producer import AsyncToolClient, ToolClient
 from toolfleet.shared import Status
 
 ECHO = "ext_fleet_test_echo"
@@ -71,6 +72,41 @@ def test_a_client_not_allowed_blmpop_takes_replies_with_blpop_and_lpop(
     finally:
         fleet.stop()
         pool.disconnect()
+        admin.close()
+    assert statuses == [Status.OK] * CALLS
+    assert calls.get("blpop", 0) >= 1
+    refused = stats.get("cmdstat_blmpop", {})
+    assert refused.get("calls", 0) == 0 and refused.get("rejected_calls", 0) == 1
+
+
+def test_an_async_client_not_allowed_blmpop_takes_replies_with_blpop_and_lpop(
+    counting_server: Server, tmp_path: Path
+) -> None:
+    """The same for an AsyncToolClient: every reply comes, by ``BLPOP`` and ``LPOP``."""
+    namespace = f"tfreply-{uuid.uuid4().hex[:6]}"
+    admin = redis.Redis.from_url(counting_server.url)
+    admin.acl_setuser(
+        "replies", enabled=True, passwords=["+secret"], keys=["*"], channels=["*"],
+        commands=["+@all", "-blmpop"],
+    )  # fmt: skip
+    fleet = start_fleet(counting_server.url, namespace, tmp_path / "worker.log",
+                        processes=1, threads=4)  # fmt: skip
+    url = counting_server.url.replace("redis://", "redis://replies:secret@", 1)
+
+    async def burst() -> list[Status]:
+        async with AsyncToolClient(url, namespace=namespace) as client:
+            futures = [
+                await client.submit(ECHO, {"text": str(i)}, timeout_s=60) for i in range(CALLS)
+            ]
+            return [(await future).status for future in futures]
+
+    try:
+        admin.config_resetstat()
+        statuses = asyncio.run(burst())
+        calls = command_counts(admin)
+        stats = admin.info("commandstats")
+    finally:
+        fleet.stop()
         admin.close()
     assert statuses == [Status.OK] * CALLS
     assert calls.get("blpop", 0) >= 1
