@@ -22,7 +22,13 @@ import redis.asyncio
 
 from toolfleet.producer._core.fleet import outcomes_of, queue_resolved
 from toolfleet.producer._core.pending import PendingTable
-from toolfleet.producer.listener import DRAIN_BATCH, MARK_WAIT_S, MAX_WAIT_S, blmpop_refused
+from toolfleet.producer.listener import (
+    DRAIN_BATCH,
+    MARK_WAIT_S,
+    MAX_WAIT_S,
+    blmpop_refused,
+    popped,
+)
 from toolfleet.shared.connect import is_cluster
 from toolfleet.shared.errors import ClientError
 from toolfleet.shared.layout import KeyLayout
@@ -180,12 +186,9 @@ class AsyncReplyListener:
                 MAX_WAIT_S, 1, self.key, direction="LEFT", count=DRAIN_BATCH
             )
         except redis.ResponseError as exc:
-            if not blmpop_refused(exc):
-                raise
-            self._blmpop = False
+            self._blmpop = not blmpop_refused(exc, reraise=True)
             return
-        if item is not None:
-            self._deliver(list(item[1]))
+        self._deliver(popped(item))
 
     async def _run(self) -> None:
         client: redis.asyncio.Redis | None = None

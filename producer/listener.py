@@ -28,7 +28,14 @@ from toolfleet.producer._core.pending import PendingTable
 from toolfleet.shared.pipelines import pipeline
 from toolfleet.shared.reconnect import OUTAGE_ERRORS, Reconnect
 
-__all__ = ["DRAIN_BATCH", "MARK_WAIT_S", "MAX_WAIT_S", "ReplyListener", "blmpop_refused"]
+__all__ = [
+    "DRAIN_BATCH",
+    "MARK_WAIT_S",
+    "MAX_WAIT_S",
+    "ReplyListener",
+    "blmpop_refused",
+    "popped",
+]
 
 log = logging.getLogger("toolfleet.producer.listener")
 
@@ -41,14 +48,24 @@ MAX_WAIT_S = 1.0
 MARK_WAIT_S = 0.1
 
 
-def blmpop_refused(exc: redis.ResponseError) -> bool:
+def blmpop_refused(exc: redis.ResponseError, *, reraise: bool = False) -> bool:
     """Whether Redis refused ``BLMPOP`` itself (unknown before 7.0, or not the ACL user's).
 
-    The listener then waits with ``BLPOP`` and drains with ``LPOP``.
+    The listener then waits with ``BLPOP`` and drains with ``LPOP``. With ``reraise``,
+    any other error is raised again instead of answered ``False``.
     """
     if isinstance(exc, redis.exceptions.NoPermissionError):
         return True
-    return "unknown command" in str(exc).lower()
+    if "unknown command" in str(exc).lower():
+        return True
+    if reraise:
+        raise exc
+    return False
+
+
+def popped(item: Any) -> list[Any]:
+    """The replies a ``BLMPOP`` answered: ``[key, [reply, ...]]``, or none at its timeout."""
+    return [] if item is None else list(item[1])
 
 
 class ReplyListener:
@@ -182,12 +199,9 @@ class ReplyListener:
         try:
             item: Any = client.blmpop(MAX_WAIT_S, 1, self.key, direction="LEFT", count=DRAIN_BATCH)
         except redis.ResponseError as exc:
-            if not blmpop_refused(exc):
-                raise
-            self._blmpop = False
+            self._blmpop = not blmpop_refused(exc, reraise=True)
             return
-        if item is not None:
-            self._deliver(list(item[1]))
+        self._deliver(popped(item))
 
     def _run_deadlines(self) -> None:
         """Hand the calls whose deadline passed to ``expire``, on time, whatever Redis does."""
