@@ -35,7 +35,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Container, Generator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 import orjson
@@ -251,26 +250,34 @@ class _Collector:
             self.then(self.outcomes)
 
 
-@dataclass(frozen=True, slots=True)
 class _Entry:
-    """One call waiting in the outgoing batch."""
+    """One call waiting in the outgoing batch (a plain class: one is made per call)."""
 
-    prepared: Prepared
-    deadline: float | None
-    collector: _Collector
-    index: int
+    __slots__ = ("collector", "deadline", "index", "prepared")
+
+    def __init__(
+        self, prepared: Prepared, deadline: float | None, collector: _Collector, index: int
+    ) -> None:
+        self.prepared = prepared
+        self.deadline = deadline
+        self.collector = collector
+        self.index = index
 
 
 def _entries(prepared: Sequence[Prepared], deadline: float | None, then: Then) -> list[_Entry]:
     collector = _Collector(len(prepared), then)
+    if len(prepared) == 1:  # a lone call (every submit)
+        return [_Entry(prepared[0], deadline, collector, 0)]
     return [_Entry(p, deadline, collector, i) for i, p in enumerate(prepared)]
 
 
 def _due(batch: Sequence[_Entry]) -> tuple[list[_Entry], list[_Entry]]:
     """``batch`` split into the calls still to send and those whose deadline passed."""
     now = time.time()
-    live = [e for e in batch if e.deadline is None or e.deadline > now]
     late = [e for e in batch if e.deadline is not None and e.deadline <= now]
+    if not late:
+        return list(batch), late
+    live = [e for e in batch if e.deadline is None or e.deadline > now]
     return live, late
 
 
@@ -457,6 +464,12 @@ class Publisher:
         return replies
 
     def _pipeline(self, runs: Sequence[Call]) -> list[Any]:
+        if len(runs) == 1:  # one run (one key prefix): the command alone, no pipeline
+            ((keys, args),) = runs
+            try:
+                return [self._client.evalsha(self._script.sha, len(keys), *keys, *args)]
+            except redis.ResponseError as exc:  # what a pipeline hands back, not raises
+                return [exc]
         pipe = pipeline(self._client)
         for keys, args in runs:
             pipe.evalsha(self._script.sha, len(keys), *keys, *args)

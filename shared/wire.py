@@ -17,10 +17,10 @@ and the worker decodes requests through these models, so both refuse the same on
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Callable
+from math import isfinite
 from typing import Annotated, Any, Literal, NoReturn
 
 from pydantic import (
@@ -104,14 +104,13 @@ def _at_most(limit: int) -> Callable[[str], str]:
     return check
 
 
-def _plain_text(value: Any, limit: int) -> bool:
-    """An exact ``str`` of at most ``limit`` characters (what validation keeps as it is)."""
-    return type(value) is str and len(value) <= limit
-
-
-def _plain_float(value: Any) -> bool:
-    """An exact, finite ``float`` (what a ``float`` field refusing inf and NaN keeps)."""
-    return type(value) is float and math.isfinite(value)
+#: The types a plain arguments object's keys may be (``set(map(type, keys)) <=`` this).
+_STR_ONLY = frozenset({str})
+#: The fields :meth:`ToolCallRequest.made` is given (validation marks them set).
+_MADE_FIELDS = frozenset(
+    {"id", "tool_call_id", "function", "arguments", "context", "reply_to", "deadline",
+     "timeout_s", "sent_at", "events", "max_result_bytes", "schema_hash"}
+)  # fmt: skip
 
 
 #: Text of at most :data:`~toolfleet.shared.limits.MAX_NAME_CHARS` characters.
@@ -148,6 +147,20 @@ class CallContext(BaseModel):
     traceparent: NameText | None = None
     tracestate: Annotated[str, AfterValidator(_at_most(MAX_TRACESTATE_CHARS))] | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def default(cls) -> CallContext:
+        """``CallContext()``: no field set, empty ``metadata`` (made without validation)."""
+        context = cls.__new__(cls)
+        _set = object.__setattr__
+        _set(context, "__dict__", {
+            "account": None, "user": None, "llmclient": None, "conversation": None,
+            "traceparent": None, "tracestate": None, "metadata": {},
+        })  # fmt: skip
+        _set(context, "__pydantic_fields_set__", set())
+        _set(context, "__pydantic_extra__", None)
+        _set(context, "__pydantic_private__", None)
+        return context
 
     @field_validator("metadata")
     @classmethod
@@ -271,45 +284,56 @@ class ToolCallRequest(BaseModel):
         Raises:
             pydantic.ValidationError: a field the model refuses.
         """
-        fields: dict[str, Any] = {
-            "id": id,
-            "tool_call_id": tool_call_id,
-            "function": function,
-            "arguments": arguments,
-            "context": context,
-            "reply_to": reply_to,
-            "deadline": deadline,
-            "timeout_s": timeout_s,
-            "sent_at": sent_at,
-            "events": events,
-            "max_result_bytes": max_result_bytes,
-            "schema_hash": schema_hash,
-        }
-        if not (
+        plain = (
             cls is ToolCallRequest
             and context_checked
             and type(context) is CallContext
-            and _plain_text(id, MAX_ID_CHARS)
-            and _plain_text(function, MAX_NAME_CHARS)
-            and (tool_call_id is None or _plain_text(tool_call_id, MAX_NAME_CHARS))
-            and (schema_hash is None or _plain_text(schema_hash, MAX_NAME_CHARS))
-            and _plain_text(reply_to, MAX_REPLY_TO_CHARS)
-            and _plain_float(deadline)
-            and _plain_float(timeout_s)
-            and _plain_float(sent_at)
+            and type(id) is str
+            and len(id) <= MAX_ID_CHARS
+            and type(function) is str
+            and len(function) <= MAX_NAME_CHARS
+            and (
+                tool_call_id is None
+                or (type(tool_call_id) is str and len(tool_call_id) <= MAX_NAME_CHARS)
+            )
+            and (
+                schema_hash is None
+                or (type(schema_hash) is str and len(schema_hash) <= MAX_NAME_CHARS)
+            )
+            and type(reply_to) is str
+            and len(reply_to) <= MAX_REPLY_TO_CHARS
+            and type(deadline) is float
+            and isfinite(deadline)
+            and type(timeout_s) is float
+            and isfinite(timeout_s)
+            and type(sent_at) is float
+            and isfinite(sent_at)
             and type(events) is bool
             and (
                 max_result_bytes is None
                 or (type(max_result_bytes) is int and max_result_bytes >= MIN_BUDGET_BYTES)
             )
-        ):
-            return cls(**fields)
-        if type(arguments) is dict:
-            if not all(type(key) is str for key in arguments):
-                return cls(**fields)
+        )
+        if plain and type(arguments) is dict:
+            plain = set(map(type, arguments)) <= _STR_ONLY  # exact str keys (no frame)
             arguments = dict(arguments)  # validation's copy
-        elif arguments is not None and type(arguments) is not str:
-            return cls(**fields)
+        elif plain:
+            plain = arguments is None or type(arguments) is str
+        if not plain:
+            return cls(
+                id=id,
+                tool_call_id=tool_call_id,
+                function=function,
+                arguments=arguments,
+                context=context,
+                reply_to=reply_to,
+                deadline=deadline,
+                timeout_s=timeout_s,
+                sent_at=sent_at,
+                events=events,
+                max_result_bytes=max_result_bytes,
+                schema_hash=schema_hash,
+            )
         request = cls.__new__(cls)
         # the instance validation would make: every field in declaration order, those
         # given marked set, no extra, the private attribute at its default
@@ -329,10 +353,11 @@ class ToolCallRequest(BaseModel):
             "session_holder": None,
             "max_result_bytes": max_result_bytes,
         }
-        object.__setattr__(request, "__dict__", values)
-        object.__setattr__(request, "__pydantic_fields_set__", set(fields))
-        object.__setattr__(request, "__pydantic_extra__", None)
-        object.__setattr__(request, "__pydantic_private__", {"_encoded_arguments": None})
+        _set = object.__setattr__
+        _set(request, "__dict__", values)
+        _set(request, "__pydantic_fields_set__", set(_MADE_FIELDS))
+        _set(request, "__pydantic_extra__", None)
+        _set(request, "__pydantic_private__", {"_encoded_arguments": None})
         return request
 
     def __eq__(self, other: object) -> bool:

@@ -186,3 +186,15 @@ def test_encoding_a_request_with_metadata_and_a_trace_context() -> None:
     }
     assert decoded["arguments"] == {"a": [1, {"b": 2**70}], "s": "\ud800"}
     assert "schema_hash" not in decoded and "identity" not in decoded
+
+
+def test_the_default_context_is_what_validation_makes() -> None:
+    """CallContext.default() (a call without context) is CallContext(): the same fields,
+    none set, and a metadata object of its own each time."""
+    made, validated = CallContext.default(), CallContext()
+    assert list(made.__dict__.items()) == list(validated.__dict__.items())
+    assert made.model_fields_set == validated.model_fields_set == set()
+    assert made.__pydantic_private__ == validated.__pydantic_private__
+    assert made.__pydantic_extra__ == validated.__pydantic_extra__
+    assert made.model_dump() == validated.model_dump()
+    assert made.metadata is not CallContext.default().metadata

@@ -113,7 +113,7 @@ def make_context(context: CallContext | dict[str, Any] | None) -> CallContext:
             ``account`` that is not valid Unicode (a lone surrogate): it names Redis keys.
     """
     if context is None:
-        return CallContext()
+        return CallContext.default()
     built = context if isinstance(context, CallContext) else _context_from(context)
     try:
         (built.account or "").encode("utf-8")
