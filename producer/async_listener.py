@@ -1,6 +1,7 @@
 """The asyncio reply listener: one connection, one task and one timer for every call in flight.
 
-A task pops the client's reply list (``BLPOP``) and hands what it drained to the
+A task pops the client's reply list (``BLMPOP``, or ``BLPOP`` then ``LPOP`` where Redis
+refuses it or on a cluster) and hands what it took to the
 pending-call table (:class:`~toolfleet.producer._core.pending.PendingTable`). One
 event-loop timer is armed for the table's earliest deadline; when it fires, the calls
 due go to ``expire`` (a task that tells the fleet, then resolves them), so no caller
@@ -21,7 +22,13 @@ import redis.asyncio
 
 from toolfleet.producer._core.fleet import outcomes_of, queue_resolved
 from toolfleet.producer._core.pending import PendingTable
-from toolfleet.producer.listener import DRAIN_BATCH, MARK_WAIT_S, MAX_WAIT_S
+from toolfleet.producer.listener import (
+    DRAIN_BATCH,
+    MARK_WAIT_S,
+    MAX_WAIT_S,
+    blmpop_refused,
+    popped,
+)
 from toolfleet.shared.connect import is_cluster
 from toolfleet.shared.errors import ClientError
 from toolfleet.shared.layout import KeyLayout
@@ -80,6 +87,8 @@ class AsyncReplyListener:
         self._timer: asyncio.TimerHandle | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._stopping = False
+        #: take replies with BLMPOP (until Redis says it may not)
+        self._blmpop = True
         #: the loop it listens on (bound by the first :meth:`bind`), else ``None``
         self.loop: asyncio.AbstractEventLoop | None = None
 
@@ -166,6 +175,21 @@ class AsyncReplyListener:
             self._soon(self._expire(due))
         self.rearm()
 
+    async def _pop_many(self, client: redis.asyncio.Redis) -> None:
+        """Wait for replies and deliver up to ``DRAIN_BATCH`` of them (one ``BLMPOP``).
+
+        When Redis refuses ``BLMPOP`` (:func:`~toolfleet.producer.listener.blmpop_refused`)
+        the listener takes replies with ``BLPOP`` and ``LPOP`` from then on.
+        """
+        try:
+            item: Any = await client.blmpop(
+                MAX_WAIT_S, 1, self.key, direction="LEFT", count=DRAIN_BATCH
+            )
+        except redis.ResponseError as exc:
+            self._blmpop = not blmpop_refused(exc, reraise=True)
+            return
+        self._deliver(popped(item))
+
     async def _run(self) -> None:
         client: redis.asyncio.Redis | None = None
         reconnect = Reconnect(log, "reply listener")
@@ -175,6 +199,10 @@ class AsyncReplyListener:
             while not self._stopping and not (task is not None and task.cancelling()):
                 try:
                     client = client or self._connect()
+                    if self._blmpop and not is_cluster(client):
+                        await self._pop_many(client)
+                        reconnect.succeeded()
+                        continue
                     item = await client.blpop([self.key], timeout=MAX_WAIT_S)
                     reconnect.succeeded()
                     if item is not None:

@@ -47,6 +47,10 @@ from toolfleet.shared.text import as_text
 __all__ = ["AsyncCatalogReader", "Catalog", "CatalogReader", "read_entries"]
 
 
+#: Most (function, account) pairs a snapshot remembers the refusal of.
+MEMO_SIZE = 4096
+
+
 @dataclass(frozen=True)
 class Catalog:
     """A snapshot of the catalog.
@@ -79,6 +83,11 @@ class Catalog:
     def __post_init__(self) -> None:
         if not self.typed and self.entries:
             object.__setattr__(self, "typed", _typed(self.entries))
+        # what this snapshot says (it never changes), asked per call: function -> switched
+        # off; (function, account) -> refusal; function -> identity
+        object.__setattr__(self, "_off", {})
+        object.__setattr__(self, "_refusals", {})
+        object.__setattr__(self, "_identities", {})
 
     def is_live(self, function: str) -> bool:
         """True when ``function``'s queue has a live worker."""
@@ -87,8 +96,12 @@ class Catalog:
 
     def switched_off(self, function: str) -> bool:
         """True when a switch governing ``function`` is off (unset ones at their default)."""
-        entry = self.typed.get(function)
-        return entry is not None and switched_off(entry, self.switches)
+        off: dict[str, bool] = self._off  # type: ignore[attr-defined]
+        known = off.get(function)
+        if known is None:
+            entry = self.typed.get(function)
+            known = off[function] = entry is not None and switched_off(entry, self.switches)
+        return known
 
     def without_breaker(self, functions: Iterable[str]) -> frozenset[str]:
         """Those of ``functions`` whose entry declares no breaker (``"breaker": null``).
@@ -104,8 +117,27 @@ class Catalog:
     def refusal(self, function: str, account: str | None) -> Refusal | None:
         """Why ``function`` may not be offered or called for ``account`` (``None``: it may).
 
-        The rule producer and worker share: :func:`toolfleet.shared.catalog.refusal`.
+        The rule producer and worker share: :func:`toolfleet.shared.catalog.refusal`
+        (the snapshot remembers its answers for up to :data:`MEMO_SIZE` pairs).
         """
+        memo: dict[tuple[str, str | None], Refusal | None] = self._refusals  # type: ignore[attr-defined]
+        key = (function, account)
+        if key in memo:
+            return memo[key]
+        found = self._refusal(function, account)
+        if len(memo) < MEMO_SIZE:
+            memo[key] = found
+        return found
+
+    def identity_of(self, function: str) -> str | None:
+        """The identity (``<slug>/<tool>``) of ``function``'s entry; ``None`` without one."""
+        memo: dict[str, str | None] = self._identities  # type: ignore[attr-defined]
+        if function not in memo:
+            entry = self.typed.get(function)
+            memo[function] = entry.identity if entry is not None else None
+        return memo[function]
+
+    def _refusal(self, function: str, account: str | None) -> Refusal | None:
         entry = self.typed.get(function)
         republishing = self.recovering is not None and (
             function in self.recovering or function in self.seen
@@ -168,8 +200,8 @@ class CatalogReader:
         Raises:
             redis.RedisError: Redis unreachable.
         """
-        snap = self._snapshot
-        if snap is not None and _fresh(snap, function, self.cache_s, self.MISS_REFRESH_S):
+        snap = self.cached(function)
+        if snap is not None:
             return snap
         # read outside any lock: a slow Redis must not queue every caller behind one read
         fresh = self._read()
@@ -177,6 +209,17 @@ class CatalogReader:
             if self._snapshot is None or self._snapshot.read_at < fresh.read_at:
                 self._snapshot = fresh
             return self._snapshot
+
+    def cached(self, function: str | Iterable[str] | None = None) -> Catalog | None:
+        """The cached snapshot when :meth:`get` would return it without reading, else ``None``.
+
+        No I/O and no lock: what a call's thread asks first, so that a call served from
+        the cache is not handed to another thread.
+        """
+        snap = self._snapshot
+        if snap is not None and _fresh(snap, function, self.cache_s, self.MISS_REFRESH_S):
+            return snap
+        return None
 
     def _read(self) -> Catalog:
         first = pipeline(self.client)
@@ -278,7 +321,11 @@ def _fresh(
         return False
     if function is None:
         return True
-    functions = [function] if isinstance(function, str) else list(function)
+    if isinstance(function, str):  # one call's function: no list
+        if snap.switched_off(function):
+            return False  # never refuse on a cached switch (see below)
+        return age <= miss_refresh_s or snap.is_live(function)
+    functions = list(function)
     if any(snap.switched_off(f) for f in functions):
         return False  # never refuse on a cached switch: `switch on` applies to the next call
     return age <= miss_refresh_s or all(snap.is_live(f) for f in functions)

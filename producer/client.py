@@ -436,6 +436,9 @@ class ToolClient(ClientBase):
         # never past the deadline: it settles the call
         if isinstance(step, core.ReadCatalog):
             functions = step.functions
+            snapshot = self._catalog.cached(functions)  # no thread hand-off for a cache hit
+            if snapshot is not None:
+                return snapshot
             return self._bounded.run(lambda: self._catalog.get(functions), step.deadline)
         if isinstance(step, core.TakeSlot):
             return self._slots.acquire(step.wait_s)

@@ -38,6 +38,8 @@ log = logging.getLogger("toolfleet.producer.hooks")
 
 def fire_requested(request: ToolCallRequest) -> None:
     """Fire ``tool_requested`` for a call about to be published."""
+    if not tool_requested.receivers:  # nobody listens: the event is not even built
+        return
     _fire(
         tool_requested,
         request.function,
@@ -74,6 +76,8 @@ def fire_refused(result: ToolCallResult, context: CallContext) -> ToolCallResult
 
 def fire_responded(result: ToolCallResult, account: str | None) -> None:
     """Fire ``tool_responded`` for a call whose result just resolved its future."""
+    if not tool_responded.receivers:
+        return
     _fire(
         tool_responded,
         result.function,

@@ -1,7 +1,8 @@
 """The reply listener: one connection and two threads for every call a client has in flight.
 
-One thread blocks on the client's reply list (``BLPOP``), drains what else is there in
-the same wake-up and hands it to the pending-call table
+One thread blocks on the client's reply list and takes what it holds, up to
+:data:`DRAIN_BATCH` replies, in one command (``BLMPOP``; on a Redis older than 7.0 or a
+cluster, ``BLPOP`` then ``LPOP`` of the rest), and hands it to the pending-call table
 (:class:`~toolfleet.producer._core.pending.PendingTable`), which resolves the futures
 and routes the events. The other sleeps until the table's earliest deadline and hands
 the calls due to ``expire`` (which tells the fleet, then resolves them), so no caller
@@ -19,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import redis
+import redis.cluster
 
 from toolfleet.producer._core.fleet import outcomes_of, queue_resolved
 from toolfleet.producer._core.keyspace import KeySpace
@@ -26,7 +28,14 @@ from toolfleet.producer._core.pending import PendingTable
 from toolfleet.shared.pipelines import pipeline
 from toolfleet.shared.reconnect import OUTAGE_ERRORS, Reconnect
 
-__all__ = ["DRAIN_BATCH", "MARK_WAIT_S", "MAX_WAIT_S", "ReplyListener"]
+__all__ = [
+    "DRAIN_BATCH",
+    "MARK_WAIT_S",
+    "MAX_WAIT_S",
+    "ReplyListener",
+    "blmpop_refused",
+    "popped",
+]
 
 log = logging.getLogger("toolfleet.producer.listener")
 
@@ -37,6 +46,26 @@ MAX_WAIT_S = 1.0
 #: Longest wait, seconds, for the fleet to take note of a call resolved here (a deadline,
 #: a cancel) before its caller gets the result anyway.
 MARK_WAIT_S = 0.1
+
+
+def blmpop_refused(exc: redis.ResponseError, *, reraise: bool = False) -> bool:
+    """Whether Redis refused ``BLMPOP`` itself (unknown before 7.0, or not the ACL user's).
+
+    The listener then waits with ``BLPOP`` and drains with ``LPOP``. With ``reraise``,
+    any other error is raised again instead of answered ``False``.
+    """
+    if isinstance(exc, redis.exceptions.NoPermissionError):
+        return True
+    if "unknown command" in str(exc).lower():
+        return True
+    if reraise:
+        raise exc
+    return False
+
+
+def popped(item: Any) -> list[Any]:
+    """The replies a ``BLMPOP`` answered: ``[key, [reply, ...]]``, or none at its timeout."""
+    return [] if item is None else list(item[1])
 
 
 class ReplyListener:
@@ -80,6 +109,8 @@ class ReplyListener:
         self.table = table
         self._stop = threading.Event()
         self._moved = threading.Event()
+        #: take replies with BLMPOP (until Redis says it does not know it)
+        self._blmpop = True
         self._thread = threading.Thread(target=self._run, name="toolfleet-replies", daemon=True)
         self._timer = threading.Thread(
             target=self._run_deadlines, name="toolfleet-deadlines", daemon=True
@@ -139,6 +170,10 @@ class ReplyListener:
         while not self._stop.is_set():
             try:
                 client = client or self._connect()
+                if self._blmpop and not isinstance(client, redis.cluster.RedisCluster):
+                    self._pop_many(client)
+                    reconnect.succeeded()
+                    continue
                 item: Any = client.blpop([self.key], timeout=MAX_WAIT_S)
                 reconnect.succeeded()
                 if item is not None:
@@ -153,6 +188,20 @@ class ReplyListener:
                 self._stop.wait(0.1)
         if client is not None:
             client.close()
+
+    def _pop_many(self, client: redis.Redis) -> None:
+        """Wait for replies and deliver up to :data:`DRAIN_BATCH` of them (one ``BLMPOP``).
+
+        A Redis that does not know ``BLMPOP`` (before 7.0), or an ACL user not allowed it,
+        turns it off for good: the listener then takes the first reply and the rest in
+        two commands.
+        """
+        try:
+            item: Any = client.blmpop(MAX_WAIT_S, 1, self.key, direction="LEFT", count=DRAIN_BATCH)
+        except redis.ResponseError as exc:
+            self._blmpop = not blmpop_refused(exc, reraise=True)
+            return
+        self._deliver(popped(item))
 
     def _run_deadlines(self) -> None:
         """Hand the calls whose deadline passed to ``expire``, on time, whatever Redis does."""

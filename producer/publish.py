@@ -35,7 +35,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Container, Generator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 import orjson
@@ -94,17 +93,23 @@ def encode_message(
     the request.
     """
     redis_message_id = redis_message_id or str(uuid.uuid4())
-    with tracing.produce(queue, request) as request:
-        message: dict[str, Any] = {
-            "queue_name": queue,
-            "actor_name": actor_name_for(queue),
-            "args": [request.encode().decode("utf-8")],
-            "kwargs": {},
-            "options": {"redis_message_id": redis_message_id},
-            "message_id": request.id,
-            "message_timestamp": int(time.time() * 1000),
-        }
-    return redis_message_id, orjson.dumps(message)
+    if tracing.producing():
+        with tracing.produce(queue, request) as request:
+            return redis_message_id, _message_body(queue, request, redis_message_id)
+    return redis_message_id, _message_body(queue, request, redis_message_id)
+
+
+def _message_body(queue: str, request: ToolCallRequest, redis_message_id: str) -> bytes:
+    message: dict[str, Any] = {
+        "queue_name": queue,
+        "actor_name": actor_name_for(queue),
+        "args": [request.encode().decode("utf-8")],
+        "kwargs": {},
+        "options": {"redis_message_id": redis_message_id},
+        "message_id": request.id,
+        "message_timestamp": int(time.time() * 1000),
+    }
+    return orjson.dumps(message)
 
 
 class _Dispatch:
@@ -246,26 +251,34 @@ class _Collector:
             self.then(self.outcomes)
 
 
-@dataclass(frozen=True, slots=True)
 class _Entry:
-    """One call waiting in the outgoing batch."""
+    """One call waiting in the outgoing batch (a plain class: one is made per call)."""
 
-    prepared: Prepared
-    deadline: float | None
-    collector: _Collector
-    index: int
+    __slots__ = ("collector", "deadline", "index", "prepared")
+
+    def __init__(
+        self, prepared: Prepared, deadline: float | None, collector: _Collector, index: int
+    ) -> None:
+        self.prepared = prepared
+        self.deadline = deadline
+        self.collector = collector
+        self.index = index
 
 
 def _entries(prepared: Sequence[Prepared], deadline: float | None, then: Then) -> list[_Entry]:
     collector = _Collector(len(prepared), then)
+    if len(prepared) == 1:  # a lone call (every submit)
+        return [_Entry(prepared[0], deadline, collector, 0)]
     return [_Entry(p, deadline, collector, i) for i, p in enumerate(prepared)]
 
 
 def _due(batch: Sequence[_Entry]) -> tuple[list[_Entry], list[_Entry]]:
     """``batch`` split into the calls still to send and those whose deadline passed."""
     now = time.time()
-    live = [e for e in batch if e.deadline is None or e.deadline > now]
     late = [e for e in batch if e.deadline is not None and e.deadline <= now]
+    if not late:
+        return list(batch), late
+    live = [e for e in batch if e.deadline is None or e.deadline > now]
     return live, late
 
 
@@ -476,6 +489,12 @@ class Publisher:
         return replies
 
     def _pipeline(self, runs: Sequence[Call]) -> list[Any]:
+        if len(runs) == 1:  # one run (one key prefix): the command alone, no pipeline
+            ((keys, args),) = runs
+            try:
+                return [self._client.evalsha(self._script.sha, len(keys), *keys, *args)]
+            except redis.ResponseError as exc:  # what a pipeline hands back, not raises
+                return [exc]
         pipe = pipeline(self._client)
         for keys, args in runs:
             pipe.evalsha(self._script.sha, len(keys), *keys, *args)

@@ -41,8 +41,12 @@ __all__ = ["BigInt", "DecodeError", "EncodeError", "depth_exceeds", "dumps", "du
 # orjson decodes integers beyond 64 bits as floats (losing digits); a run of 19 or more
 # digits that is not a fraction sends the document to the standard library, which keeps
 # them exact (the fraction digits of a float like 0.00028014183044433594 do not).
-_LONG_DIGITS_BYTES = re.compile(rb"(?<![.\d])\d{19}")
 _LONG_DIGITS_STR = re.compile(r"(?<![.\d])\d{19}")
+# the same test on bytes, without the regular expression (which tries its look-behind
+# at every byte): each byte mapped to its class (ASCII digit "0", "." itself, anything
+# else " "), a long run is " " followed by 19 "0"s (the document is given a " " first)
+_BYTE_CLASSES = bytes(48 if 48 <= byte <= 57 else 46 if byte == 46 else 32 for byte in range(256))
+_LONG_RUN = b" " + b"0" * 19
 
 
 class BigInt(int):
@@ -287,8 +291,7 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
             deeper than :data:`~toolfleet.shared.limits.MAX_DEPTH` levels.
     """
     first_error: Exception | None = None
-    pattern = _LONG_DIGITS_STR if isinstance(data, str) else _LONG_DIGITS_BYTES
-    exact = pattern.search(data) is None  # type: ignore[arg-type]
+    exact = not _long_digits(data)
     # orjson's verdict on depth (its bound is MAX_DEPTH) also spares the standard library
     # a document too deep for it
     if exact or _brackets(data) > MAX_DEPTH:
@@ -311,6 +314,17 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
     if _brackets(text) > MAX_DEPTH and depth_exceeds(value, MAX_DEPTH):
         raise DecodeError(_too_deep(MAX_DEPTH))
     return value
+
+
+def _long_digits(data: bytes | bytearray | memoryview | str) -> bool:
+    """Whether ``data`` holds 19 or more digits in a row not after a ``.``.
+
+    Such a run is a number orjson would not decode exactly (or a string that merely
+    looks like one): the standard library decodes that document.
+    """
+    if isinstance(data, str):
+        return _LONG_DIGITS_STR.search(data) is not None
+    return _LONG_RUN in (b" " + data).translate(_BYTE_CLASSES)
 
 
 def _describe(exc: Exception, fallback: Exception | None) -> str:

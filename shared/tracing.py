@@ -22,19 +22,27 @@ even built), and without the package installed these functions do nothing; a
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from toolfleet.shared.wire import Status, ToolCallRequest
 
 try:
+    from opentelemetry import context as otel_context
     from opentelemetry import propagate, trace
 except ImportError:  # toolfleet[otel] not installed: nothing to do
     _OTEL = False
 else:
     _OTEL = True
 
-__all__ = ["MESSAGING_SYSTEM", "consume", "log_ids", "produce", "record_status"]
+#: ``opentelemetry.trace.get_tracer_provider()`` loads a provider named by this variable
+#: on first use (read once here: looking the environment up per call costs more than
+#: the rest of :func:`producing`).
+_PROVIDER_FROM_ENV = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
+_UNKNOWN = object()
+
+__all__ = ["MESSAGING_SYSTEM", "consume", "log_ids", "produce", "producing", "record_status"]
 
 #: ``messaging.system`` of toolfleet's spans.
 MESSAGING_SYSTEM = "dramatiq"
@@ -52,6 +60,29 @@ def _attributes(request: ToolCallRequest, queue: str, operation: str) -> dict[st
         "messaging.operation.name": operation,
         "toolfleet.function": request.function,
     }
+
+
+def producing() -> bool:
+    """Whether :func:`produce` would record a span or change a request, here and now.
+
+    False without the package, and with only the API (no SDK configured) while no span
+    is current: the no-op tracer then starts an invalid span and injects nothing, so a
+    caller may skip :func:`produce` altogether (the hot path pays a function call).
+    """
+    if not _OTEL:
+        return False
+    if otel_context.get_current():  # a span (or another value) is current: ask the API
+        return True
+    return _provider_set()
+
+
+def _provider_set() -> bool:
+    """Whether a tracer provider (an SDK) is configured, or will be on first use."""
+    # the API's global, set once by ``set_tracer_provider``; an API without it is asked
+    provider = getattr(trace, "_TRACER_PROVIDER", _UNKNOWN)
+    if provider is _UNKNOWN:
+        return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    return provider is not None or _PROVIDER_FROM_ENV
 
 
 @contextmanager

@@ -17,9 +17,10 @@ and the worker decodes requests through these models, so both refuse the same on
 
 from __future__ import annotations
 
+import os
 import time
-import uuid
 from collections.abc import Callable
+from math import isfinite
 from typing import Annotated, Any, Literal, NoReturn
 
 from pydantic import (
@@ -58,9 +59,18 @@ __all__ = [
 ]
 
 
+#: The variant digit of a UUID (RFC 4122: bits ``10``) for each random hex digit.
+_VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
+
+
 def new_call_id() -> str:
-    """A fresh request id: a random UUID4 as a string (unique across every producer)."""
-    return str(uuid.uuid4())
+    """A fresh request id: a random UUID4 as a string (unique across every producer).
+
+    What ``str(uuid.uuid4())`` gives (122 random bits from ``os.urandom``, the version
+    and variant digits set), written without building a ``UUID`` object.
+    """
+    h = os.urandom(16).hex()
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}"
 
 
 def validation_problems(exc: ValidationError) -> str:
@@ -92,6 +102,15 @@ def _at_most(limit: int) -> Callable[[str], str]:
         return value
 
     return check
+
+
+#: The types a plain arguments object's keys may be (``set(map(type, keys)) <=`` this).
+_STR_ONLY = frozenset({str})
+#: The fields :meth:`ToolCallRequest.made` is given (validation marks them set).
+_MADE_FIELDS = frozenset(
+    {"id", "tool_call_id", "function", "arguments", "context", "reply_to", "deadline",
+     "timeout_s", "sent_at", "events", "max_result_bytes", "schema_hash"}
+)  # fmt: skip
 
 
 #: Text of at most :data:`~toolfleet.shared.limits.MAX_NAME_CHARS` characters.
@@ -128,6 +147,20 @@ class CallContext(BaseModel):
     traceparent: NameText | None = None
     tracestate: Annotated[str, AfterValidator(_at_most(MAX_TRACESTATE_CHARS))] | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def default(cls) -> CallContext:
+        """``CallContext()``: no field set, empty ``metadata`` (made without validation)."""
+        context = cls.__new__(cls)
+        _set = object.__setattr__
+        _set(context, "__dict__", {
+            "account": None, "user": None, "llmclient": None, "conversation": None,
+            "traceparent": None, "tracestate": None, "metadata": {},
+        })  # fmt: skip
+        _set(context, "__pydantic_fields_set__", set())
+        _set(context, "__pydantic_extra__", None)
+        _set(context, "__pydantic_private__", None)
+        return context
 
     @field_validator("metadata")
     @classmethod
@@ -216,8 +249,116 @@ class ToolCallRequest(BaseModel):
         if isinstance(arguments, str):
             return len(arguments.encode("utf-8", "surrogatepass"))
         encoded = codec.dumps(arguments, max_depth=MAX_DEPTH - 1)
-        self._encoded_arguments = (arguments, encoded)
+        self.__pydantic_private__["_encoded_arguments"] = (arguments, encoded)  # type: ignore[index]
         return len(encoded)
+
+    @classmethod
+    def made(
+        cls,
+        *,
+        id: str,  # noqa: A002 - the field's name
+        function: str,
+        arguments: dict[str, Any] | str | None,
+        context: CallContext,
+        reply_to: str,
+        deadline: float,
+        timeout_s: float,
+        sent_at: float,
+        tool_call_id: str | None = None,
+        events: bool = False,
+        max_result_bytes: int | None = None,
+        schema_hash: str | None = None,
+        context_checked: bool = False,
+    ) -> ToolCallRequest:
+        """``ToolCallRequest(...)`` of these fields, as the producer builds each call.
+
+        When every value is one validation keeps as it is (exact ``str``, ``float``,
+        ``bool`` and ``int`` within their bounds, a ``dict`` with ``str`` keys, which is
+        copied as validation copies it), the request is made without running pydantic's
+        validators; any other value goes through the model's validation, which converts it
+        or raises as the constructor does. The keyword arguments are the fields (see the
+        class) and ``context_checked``: ``context`` was just made by ``CallContext``'s own
+        validation and its caller does not hold it (else it is validated again, as the
+        model does with every ``CallContext`` it is given).
+
+        Raises:
+            pydantic.ValidationError: a field the model refuses.
+        """
+        plain = (
+            cls is ToolCallRequest
+            and context_checked
+            and type(context) is CallContext
+            and type(id) is str
+            and len(id) <= MAX_ID_CHARS
+            and type(function) is str
+            and len(function) <= MAX_NAME_CHARS
+            and (
+                tool_call_id is None
+                or (type(tool_call_id) is str and len(tool_call_id) <= MAX_NAME_CHARS)
+            )
+            and (
+                schema_hash is None
+                or (type(schema_hash) is str and len(schema_hash) <= MAX_NAME_CHARS)
+            )
+            and type(reply_to) is str
+            and len(reply_to) <= MAX_REPLY_TO_CHARS
+            and type(deadline) is float
+            and isfinite(deadline)
+            and type(timeout_s) is float
+            and isfinite(timeout_s)
+            and type(sent_at) is float
+            and isfinite(sent_at)
+            and type(events) is bool
+            and (
+                max_result_bytes is None
+                or (type(max_result_bytes) is int and max_result_bytes >= MIN_BUDGET_BYTES)
+            )
+        )
+        if plain and type(arguments) is dict:
+            plain = set(map(type, arguments)) <= _STR_ONLY  # exact str keys (no frame)
+            arguments = dict(arguments)  # validation's copy
+        elif plain:
+            plain = arguments is None or type(arguments) is str
+        if not plain:
+            return cls(
+                id=id,
+                tool_call_id=tool_call_id,
+                function=function,
+                arguments=arguments,
+                context=context,
+                reply_to=reply_to,
+                deadline=deadline,
+                timeout_s=timeout_s,
+                sent_at=sent_at,
+                events=events,
+                max_result_bytes=max_result_bytes,
+                schema_hash=schema_hash,
+            )
+        request = cls.__new__(cls)
+        # the instance validation would make: every field in declaration order, those
+        # given marked set, no extra, the private attribute at its default
+        values = {
+            "id": id,
+            "tool_call_id": tool_call_id,
+            "function": function,
+            "arguments": arguments,
+            "context": context,
+            "reply_to": reply_to,
+            "deadline": deadline,
+            "timeout_s": timeout_s,
+            "sent_at": sent_at,
+            "events": events,
+            "identity": None,
+            "schema_hash": schema_hash,
+            "session_holder": None,
+            "max_result_bytes": max_result_bytes,
+        }
+        _set = object.__setattr__
+        _set(request, "__dict__", values)
+        _set(request, "__pydantic_fields_set__", set(_MADE_FIELDS))
+        _set(request, "__pydantic_extra__", None)
+        _set(request, "__pydantic_private__", {"_encoded_arguments": None})
+        return request
 
     def __eq__(self, other: object) -> bool:
         """Equal fields (what :meth:`arguments_size` kept of its work is not compared)."""
@@ -233,11 +374,30 @@ class ToolCallRequest(BaseModel):
         Arguments that :meth:`arguments_size` encoded already (the same object, not
         replaced since) are not encoded again: their bytes go in as they are.
         """
-        cached = self._encoded_arguments
+        private = self.__pydantic_private__
+        cached: tuple[Any, bytes] | None = private.get("_encoded_arguments") if private else None
         if cached is None or cached[0] is not self.arguments:
             return codec.dumps(self.model_dump(mode="python", exclude_none=True))
-        rest = codec.dumps(self.model_dump(mode="python", exclude_none=True, exclude={"arguments"}))
+        rest = codec.dumps(self._dumped_without_arguments())
         return b'{"arguments":' + cached[1] + (b"," + rest[1:] if len(rest) > 2 else b"}")
+
+    def _dumped_without_arguments(self) -> dict[str, Any]:
+        """``model_dump(mode="python", exclude_none=True, exclude={"arguments"})``.
+
+        Read straight from the fields when they are what that dump returns as they are
+        (every field but ``context`` is text, a number, a flag or ``None``; a context
+        without ``metadata`` holds text or ``None``), else pydantic's dump.
+        """
+        context = self.context
+        if (
+            type(self) is not ToolCallRequest
+            or type(context) is not CallContext
+            or context.metadata
+        ):
+            return self.model_dump(mode="python", exclude_none=True, exclude={"arguments"})
+        dumped = {k: v for k, v in self.__dict__.items() if v is not None and k != "arguments"}
+        dumped["context"] = {k: v for k, v in context.__dict__.items() if v is not None}
+        return dumped
 
     @classmethod
     def decode(cls, data: bytes | str) -> ToolCallRequest:

@@ -136,3 +136,26 @@ class EnqueueRuns:
         with self._out.open("rb") as lines:
             self.runs = sum(1 for line in lines if marker in line.lower())
         self._out.unlink()
+
+
+class TopLevelCommands(EnqueueRuns):
+    """Counts, per command name, the commands clients sent while it is open (``MONITOR``
+    in a process of its own; commands run inside scripts left out)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.counts: dict[str, int] = {}
+
+    def __exit__(self, *exc: object) -> None:
+        time.sleep(0.5)  # the last commands reach the file
+        assert self._process is not None
+        self._process.terminate()
+        self._process.wait(10)
+        with self._out.open("rb") as lines:
+            for line in lines:
+                head, _, command = line.partition(b"] ")
+                if b"[" not in head or head.endswith(b" lua") or not command.startswith(b'"'):
+                    continue
+                name = command[1:].split(b'"', 1)[0].decode().lower()
+                self.counts[name] = self.counts.get(name, 0) + 1
+        self._out.unlink()

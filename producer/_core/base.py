@@ -91,11 +91,13 @@ class ClientBase(ABC):
         call_id: Any = None, max_result_bytes: Any = None, *, schema_hash: Any = None,
     ) -> ToolCallRequest:  # fmt: skip
         """A new request of this client (raises ``ClientError`` for bad arguments)."""
+        made = make_context(context)
         return build_request(function, arguments, tool_call_id=tool_call_id,
-                             context=make_context(context), timeout_s=check_timeout(timeout_s),
+                             context=made, timeout_s=check_timeout(timeout_s),
                              reply_to=self.reply_to, call_id=call_id,
                              max_result_bytes=check_budget(max_result_bytes),
-                             schema_hash=schema_hash)  # fmt: skip
+                             schema_hash=schema_hash,
+                             context_checked=made is not context)  # fmt: skip
 
     def _starter(self, tool_calls: Any, options: dict[str, Any]) -> Callable[[Any], Any]:
         """What a turn's stream calls to publish it.

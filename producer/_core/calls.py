@@ -112,6 +112,8 @@ def make_context(context: CallContext | dict[str, Any] | None) -> CallContext:
         ClientError: a field that is not a ``CallContext`` field, or of the wrong type; an
             ``account`` that is not valid Unicode (a lone surrogate): it names Redis keys.
     """
+    if context is None:
+        return CallContext.default()
     built = context if isinstance(context, CallContext) else _context_from(context)
     try:
         (built.account or "").encode("utf-8")
@@ -148,6 +150,7 @@ def build_request(
     call_id: str | None = None,
     max_result_bytes: int | None = None,
     schema_hash: str | None = None,
+    context_checked: bool = False,
 ) -> ToolCallRequest:
     """A new :class:`ToolCallRequest` with a fresh id (or ``call_id``).
 
@@ -167,6 +170,9 @@ def build_request(
             ``None`` for the worker's limit.
         schema_hash: the schema hash the caller's model was shown (from the exported
             tool's metadata); a worker whose tool's schema differs refuses the call.
+        context_checked: ``context`` was made by :func:`make_context` from ``None`` or a
+            dict (validated, and not the caller's object, which the caller could change):
+            the request does not validate it again.
 
     Raises:
         ClientError: a bad function name, arguments, tool_call_id, call_id or schema_hash,
@@ -184,7 +190,7 @@ def build_request(
         raise ClientError("schema_hash must be a string")
     now = time.time()
     try:
-        return ToolCallRequest(
+        return ToolCallRequest.made(
             id=call_id or new_call_id(),
             tool_call_id=tool_call_id,
             function=function,
@@ -197,6 +203,7 @@ def build_request(
             events=events,
             max_result_bytes=max_result_bytes,
             schema_hash=schema_hash,
+            context_checked=context_checked,
         )
     except ValidationError as exc:
         raise ClientError(f"bad call: {validation_problems(exc)}") from None
@@ -261,9 +268,8 @@ def admit(
     refusal = catalog.refusal(request.function, request.context.account)
     if refusal is not None:
         return refusal
-    entry = catalog.typed[request.function]
-    queue = entry.queue
-    request.identity = entry.identity
+    queue = catalog.typed[request.function].queue
+    request.identity = catalog.identity_of(request.function)
     held = lengths.reserve(catalog, queue)
     if held is not None:
         message = (
@@ -356,6 +362,7 @@ def prepare_turn_call(
     settings: Settings,
     lengths: QueueLengths,
     max_result_bytes: int | None = None,
+    context_checked: bool = False,
 ) -> ToolCallResult | tuple[str, ToolCallRequest]:
     """A turn's call, ready to publish as ``(queue, request)``, or answered at once.
 
@@ -371,6 +378,7 @@ def prepare_turn_call(
         settings: the client's settings.
         lengths: the queue-length accounting.
         max_result_bytes: this call's share of the turn's result budget, bytes, or ``None``.
+        context_checked: ``context`` is :func:`make_context`'s own (see :func:`build_request`).
     """
     if call.duplicate_of is not None:
         return ToolCallResult(
@@ -401,6 +409,7 @@ def prepare_turn_call(
             deadline=deadline,
             max_result_bytes=max_result_bytes,
             events=events,
+            context_checked=context_checked,
         )
     except ClientError as exc:  # a field over its bound (the turn checked the rest)
         return ToolCallResult(

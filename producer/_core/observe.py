@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Container
+from typing import Any
 
 from toolfleet.shared.metric_labels import AskedNames, model_label
 from toolfleet.shared.signals import tool_presented
@@ -25,11 +26,21 @@ def present(functions: list[str], account: str | None, format: str) -> None:  # 
         log.exception("a tool_presented subscriber failed")
 
 
+#: (function label, status) -> its series of ``toolfleet_client_call_duration_seconds``
+#: (``labels()`` takes a lock and checks its arguments on every call; a series, once
+#: made, stays the metric's).
+_DURATIONS: dict[tuple[str, str], Any] = {}
+
+
 def observe_call(function: str, status: str, sent_at: float) -> None:
     """Record a published call's end-to-end time (``toolfleet_client_call_duration_seconds``)."""
-    from toolfleet.producer import metrics  # lazily: no metric files for a mere import
+    series = _DURATIONS.get((function, status))
+    if series is None:
+        from toolfleet.producer import metrics  # lazily: no metric files for a mere import
 
-    metrics.CALL_DURATION.labels(function, str(status)).observe(max(0.0, time.time() - sent_at))
+        series = metrics.CALL_DURATION.labels(function, str(status))
+        _DURATIONS[(function, status)] = series
+    series.observe(max(0.0, time.time() - sent_at))
 
 
 def count_late_reply() -> None:

@@ -206,7 +206,12 @@ class PendingTable:
         """Hand what the reply list held to the calls: events to their sink, results resolve."""
         for data in batch:
             try:
-                envelope = ReplyEnvelope.decode(data)
+                document = codec.loads(data)
+                result = _plain_result(document)
+                if result is not None:  # the common reply: the envelope is not built
+                    self._result(result)
+                    continue
+                envelope = ReplyEnvelope.model_validate(document)
             except Exception as exc:  # noqa: BLE001 - a bad reply is logged, not fatal
                 self._undecodable(data, exc)
                 continue
@@ -350,6 +355,27 @@ class PendingTable:
     def _forget_answered(self, now: float) -> None:
         if self._answered:
             self._answered = {k: t for k, t in self._answered.items() if t > now}
+
+
+def _plain_result(document: Any) -> ToolCallResult | None:
+    """The result of a decoded ``{"type": "result", "result": {...}}`` reply, or ``None``.
+
+    The result is validated alone; any other document gives ``None`` (the caller
+    validates it as a whole envelope).
+
+    A result that does not validate raises what validating its envelope raises (the
+    message names ``result.<field>``, as the envelope's validation does).
+    """
+    if type(document) is not dict or document.get("type") != "result":
+        return None
+    fields = document.get("result")
+    if type(fields) is not dict or document.get("event") is not None:
+        return None
+    try:
+        return ToolCallResult.model_validate(fields)
+    except ValueError:
+        ReplyEnvelope.model_validate(document)  # raises the envelope's own error
+        raise
 
 
 def _recorded(outcome: bytes | None) -> ToolCallResult | None:

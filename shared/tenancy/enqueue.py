@@ -14,6 +14,7 @@ published, and none is published that was not counted.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -149,20 +150,8 @@ def enqueue_call(
         idempotency_ttl_s: seconds the key's record outlives the call's deadline
             (``reply_ttl_s``: as long as the outcome it points to).
     """
-    scopes = quota_scopes(account, function)
-    keys = [
-        queue_key(namespace, queue),
-        queue_msgs_key(namespace, queue),
-        limits_key(namespace),
-        breaker_key(namespace, function),
-    ]
-    for scope in scopes:
-        keys += [quota_inflight_key(namespace, scope), quota_rate_key(namespace, scope)]
-    lanes: list[Any] = ["", ""]
-    if uses_lanes(queue):
-        lanes = list(shard_for(account))
-        keys += [lane_key(namespace, queue, lane) for lane in lanes]
-        keys.append(lanes_active_key(namespace, queue))
+    named, lanes, scopes = _call_keys(namespace, queue, account, function)
+    keys = list(named)
     if idempotency is not None:
         keys.append(idempotency.record)
     args: list[Any] = [
@@ -182,6 +171,32 @@ def enqueue_call(
         *scopes,
     ]
     return keys, args
+
+
+@functools.lru_cache(maxsize=4096)
+def _call_keys(
+    namespace: str, queue: str, account: str | None, function: str
+) -> tuple[tuple[str, ...], tuple[Any, ...], tuple[str, ...]]:
+    """A call's keys (idempotency aside), lanes and quota scopes.
+
+    They depend only on these four, so the recent ones are remembered (a call pays a
+    dict look-up).
+    """
+    scopes = quota_scopes(account, function)
+    keys = [
+        queue_key(namespace, queue),
+        queue_msgs_key(namespace, queue),
+        limits_key(namespace),
+        breaker_key(namespace, function),
+    ]
+    for scope in scopes:
+        keys += [quota_inflight_key(namespace, scope), quota_rate_key(namespace, scope)]
+    lanes: tuple[Any, ...] = ("", "")
+    if uses_lanes(queue):
+        lanes = shard_for(account)
+        keys += [lane_key(namespace, queue, lane) for lane in lanes]
+        keys.append(lanes_active_key(namespace, queue))
+    return tuple(keys), lanes, tuple(scopes)
 
 
 def batch_call(calls: Sequence[Call]) -> Call:

@@ -43,6 +43,7 @@ Slot queues of session affinity carry one conversation each and use no lanes.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 from toolfleet.shared.naming import lane_key, lanes_active_key
@@ -69,11 +70,12 @@ def lane_keys(namespace: str, queue: str) -> list[str]:
     return [lane_key(namespace, queue, lane) for lane in range(LANES)]
 
 
+@functools.lru_cache(maxsize=4096)
 def shard_for(account: str | None) -> tuple[int, int]:
     """The two distinct lanes ``account`` may use (``None`` and ``""`` share one shard).
 
     A stable hash (SHA-256, not Python's salted ``hash``) so that every producer process
-    agrees.
+    agrees; the recent accounts' shards are remembered (a call pays a dict look-up).
     """
     digest = int.from_bytes(hashlib.sha256((account or "").encode()).digest()[:8], "big")
     first = digest % LANES
