@@ -114,6 +114,7 @@ class AsyncToolClient(ClientBase):
         self._listener = AsyncReplyListener(self._listener_connection, self.reply_to,
                                             self._core.table, self._redis, ns,
                                             settings.reply_ttl_s, self._keys)  # fmt: skip
+        self._listener.on_outage = self._catalog.forget
         #: on a cluster, a listener per queue group's reply list (the first one's timer
         #: expires every call)
         self._group_listeners: dict[str, AsyncReplyListener] = {}

@@ -83,6 +83,9 @@ class AsyncReplyListener:
         self._commands, self._namespace, self._ttl_s = commands, namespace, ttl_s
         self.key = key
         self.table = table
+        #: called when the listener's connection failed (the client drops its cached
+        #: catalog: a Redis that restarted is republishing its own)
+        self.on_outage: Callable[[], None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._background: set[asyncio.Task[Any]] = set()
@@ -214,6 +217,8 @@ class AsyncReplyListener:
                     if not is_cluster(client):  # a cluster client is shared and reconnects
                         await _close(client)
                         client = None
+                    if self.on_outage is not None:
+                        self.on_outage()
                     await asyncio.sleep(reconnect.failed(exc))
                 except Exception:  # pragma: no cover - keep the listener alive whatever happens
                     log.exception("reply listener error")

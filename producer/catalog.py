@@ -191,6 +191,14 @@ class CatalogReader:
         self._seen = _seen_in(client, namespace)
         self.watch: Callable[[], Iterable[str]] | None = None
 
+    def forget(self) -> None:
+        """Drop the cached snapshot: the next :meth:`get` reads Redis.
+
+        Called when the client saw Redis go away: a Redis that restarted without its
+        data has a catalog being republished, which a snapshot from before would hide.
+        """
+        self._snapshot = None
+
     def get(self, function: str | Iterable[str] | None = None) -> Catalog:
         """A fresh-enough snapshot of the catalog.
 
@@ -265,6 +273,14 @@ class AsyncCatalogReader:
         self._seen = _seen_in(client, namespace)
         self._reading: asyncio.Future[Catalog] | None = None
         self.watch: Callable[[], Iterable[str]] | None = None
+
+    def forget(self) -> None:
+        """Drop the cached snapshot: the next :meth:`get` reads Redis.
+
+        Called when the client saw Redis go away: a Redis that restarted without its
+        data has a catalog being republished, which a snapshot from before would hide.
+        """
+        self._snapshot = None
 
     async def get(
         self, function: str | Iterable[str] | None = None, *, wait_s: float | None = None

@@ -275,6 +275,7 @@ class ToolClient(ClientBase):
         self._listener = ReplyListener(lambda: self._connection("reply"), self.reply_to,
                                        self._core.table, self._redis, ns,
                                        settings.reply_ttl_s, self._keys)  # fmt: skip
+        self._listener.on_outage = self._catalog.forget
         #: on a cluster, a listener per queue group's reply list (the first one's deadline
         #: thread expires every call)
         self._group_listeners: dict[str, ReplyListener] = {}

@@ -107,6 +107,9 @@ class ReplyListener:
         self._marks = ThreadPoolExecutor(1, thread_name_prefix="toolfleet-marks")
         self.key = key
         self.table = table
+        #: called when the listener's connection failed (the client drops its cached
+        #: catalog: a Redis that restarted is republishing its own)
+        self.on_outage: Callable[[], None] | None = None
         self._stop = threading.Event()
         self._moved = threading.Event()
         #: take replies with BLMPOP (until Redis says it does not know it)
@@ -182,6 +185,8 @@ class ReplyListener:
                         self._deliver(list(client.lpop(self.key, DRAIN_BATCH) or []))  # type: ignore[arg-type]
             except OUTAGE_ERRORS as exc:
                 client = None
+                if self.on_outage is not None:
+                    self.on_outage()
                 self._stop.wait(reconnect.failed(exc))
             except Exception:  # pragma: no cover - keep the listener alive whatever happens
                 log.exception("reply listener error")
