@@ -129,7 +129,10 @@ class Observer:
         """A call was accepted: count it in flight and fire ``tool_requested``."""
         label, slug, opted_in = self._facts_of(request.function)
         self._in_flight[request.id] = label
-        metrics.child(metrics.IN_FLIGHT, label).inc()
+        if self.tally is not None:  # written with the next flush (group commit, or each second)
+            self.tally.inc(metrics.IN_FLIGHT, (label,))
+        else:
+            metrics.child(metrics.IN_FLIGHT, label).inc()
         event = {
             "kind": "tool_requested",
             "at": time.time(),
@@ -201,7 +204,11 @@ class Observer:
         """
         label, slug, opted_in = self._facts_of(request.function)
         if accepted:
-            metrics.child(metrics.IN_FLIGHT, self._in_flight.pop(request.id, label)).dec()
+            went_up = self._in_flight.pop(request.id, label)
+            if self.tally is not None:
+                self.tally.inc(metrics.IN_FLIGHT, (went_up,), -1.0)
+            else:
+                metrics.child(metrics.IN_FLIGHT, went_up).dec()
         if result.status is Status.INVALID_ARGUMENTS:
             sent = self._raw_arguments(request)
             log.info("invalid arguments for %s (call %s): %s; the model sent: %s",
