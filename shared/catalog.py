@@ -148,14 +148,21 @@ def governing_switches(entry: CatalogEntry) -> dict[str, bool]:
     return {name: declared.get(name, True) for name in names}
 
 
-def switched_off(entry: CatalogEntry, switches: Mapping[str, bool]) -> bool:
+def switched_off(
+    entry: CatalogEntry,
+    switches: Mapping[str, bool],
+    governing: Mapping[str, bool] | None = None,
+) -> bool:
     """True when a switch governing ``entry`` is off (unset ones at their declared default).
 
     Args:
         entry: the function's catalog entry.
         switches: switch name -> on, as the switch hash holds them (unset ones absent).
+        governing: ``governing_switches(entry)`` when the caller has it already.
     """
-    return not all(switches.get(n, d) for n, d in governing_switches(entry).items())
+    if governing is None:
+        governing = governing_switches(entry)
+    return not all(switches.get(n, d) for n, d in governing.items())
 
 
 def refusal(
@@ -167,6 +174,7 @@ def refusal(
     live: bool = True,
     republishing: bool = False,
     known: Mapping[str, CatalogEntry] | None = None,
+    governing: Mapping[str, bool] | None = None,
 ) -> Refusal | None:
     """Why ``function`` may not be offered or called for ``account`` now (``None``: it may).
 
@@ -189,6 +197,8 @@ def refusal(
             then names the nearest functions available to ``account``
             (:func:`toolfleet.shared.nearest.did_you_mean`), e.g. ``unknown function
             'ext_bfcl_math_gdc'; did you mean 'ext_bfcl_math_gcd'?``.
+        governing: ``governing_switches(entry)`` when the caller has it already (a
+            worker keeps it per entry).
     """
     if entry is None and republishing:
         return Refusal(Status.NOT_AVAILABLE, CATALOG_REPUBLISHING)
@@ -203,7 +213,7 @@ def refusal(
         return Refusal(Status.NOT_AVAILABLE, message)
     if not entry.enabled:
         return Refusal(Status.NOT_AVAILABLE, f"{function} is disabled")
-    if switched_off(entry, switches):
+    if switched_off(entry, switches, governing):
         return Refusal(Status.NOT_AVAILABLE, f"{function} is switched off")
     if not entry.availability.allows(account):
         return Refusal(Status.NOT_AVAILABLE, f"{function} is not available to this account")

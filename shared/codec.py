@@ -237,15 +237,30 @@ def _deep_enough(func: Any, *args: Any, **kwargs: Any) -> Any:
             raise _TooDeep from None
 
 
+#: Types whose values never hold a float (skipped without a call).
+_NO_FLOATS = (str, int, bool, type(None))
+
+
 def _has_non_finite(value: Any, depth: int = 0) -> bool:
     if isinstance(value, float):
         return not math.isfinite(value)
     if depth > 200:
         return False
     if isinstance(value, dict):
-        return any(_has_non_finite(v, depth + 1) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(_has_non_finite(v, depth + 1) for v in value)
+        children: Any = value.values()
+    elif isinstance(value, (list, tuple)):
+        children = value
+    else:
+        return False
+    for child in children:
+        kind = type(child)
+        if kind in _NO_FLOATS:
+            continue
+        if kind is float:
+            if not math.isfinite(child):
+                return True
+        elif _has_non_finite(child, depth + 1):
+            return True
     return False
 
 

@@ -171,9 +171,23 @@ def is_cluster_url(url: str | None) -> bool:
     return bool(url) and str(url).split("://", 1)[0].lower() in CLUSTER_SCHEMES
 
 
+#: client class -> whether it is a cluster client (redis-py's cluster classes are
+#: protocols to ``isinstance``: a Python-level check each time, asked on every call)
+_CLUSTER_CLASSES: dict[type, bool] = {}
+
+
 def is_cluster(client: object) -> bool:
-    """True for a ``redis.cluster.RedisCluster`` or ``redis.asyncio.cluster.RedisCluster``."""
-    return isinstance(client, (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster))
+    """True for a ``redis.cluster.RedisCluster`` or ``redis.asyncio.cluster.RedisCluster``.
+
+    Decided once per client class.
+    """
+    kind = type(client)
+    known = _CLUSTER_CLASSES.get(kind)
+    if known is None:
+        known = isinstance(client, (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster))
+        if len(_CLUSTER_CLASSES) < 1024:  # a bound on memory, not a policy
+            _CLUSTER_CLASSES[kind] = known
+    return known
 
 
 class ClusterSeeds:

@@ -16,6 +16,7 @@ and is kept; a ``null`` for a required argument is kept and fails validation.
 from __future__ import annotations
 
 import types
+import weakref
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel
@@ -38,20 +39,49 @@ def drop_default_nulls(value: dict[str, Any], model: type[BaseModel]) -> dict[st
         A new dict without those ``null`` s.
     """
     out = dict(value)
-    for name, info in model.model_fields.items():
-        key = info.alias if isinstance(info.alias, str) and info.alias in out else name
+    for name, alias, drops_null, nested in _fields_of(model):
+        key = alias if alias is not None and alias in out else name
         if key not in out:
             continue
         item = out[key]
-        if item is None and not info.is_required() and not accepts_none(info.annotation):
+        if item is None and drops_null:
             del out[key]
             continue
-        nested = _model_in(info.annotation)
         if nested is not None and isinstance(item, dict):
             out[key] = drop_default_nulls(item, nested)
         elif nested is not None and isinstance(item, list):
             out[key] = [drop_default_nulls(x, nested) if isinstance(x, dict) else x for x in item]
     return out
+
+
+#: Per field of a model: (name, its alias when a string, whether a ``null`` for it is
+#: dropped, the model it holds or ``None``); read from the model's fields once.
+_Fields = tuple[tuple[str, str | None, bool, type[BaseModel] | None], ...]
+_FIELDS: weakref.WeakKeyDictionary[type[BaseModel], tuple[dict[str, Any], _Fields]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _fields_of(model: type[BaseModel]) -> _Fields:
+    """What :func:`drop_default_nulls` reads of ``model``'s fields, kept per model.
+
+    Worked out again when the model's fields mapping is another object (a model rebuilt).
+    """
+    fields = model.model_fields
+    cached = _FIELDS.get(model)
+    if cached is not None and cached[0] is fields:
+        return cached[1]
+    plan = tuple(
+        (
+            name,
+            info.alias if isinstance(info.alias, str) else None,
+            not info.is_required() and not accepts_none(info.annotation),
+            _model_in(info.annotation),
+        )
+        for name, info in fields.items()
+    )
+    _FIELDS[model] = (fields, plan)
+    return plan
 
 
 def accepts_none(annotation: Any) -> bool:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from toolfleet.shared.wire import Status, ToolCallRequest
 
@@ -117,22 +117,30 @@ def produce(queue: str, request: ToolCallRequest) -> Iterator[ToolCallRequest]:
         yield request
 
 
-@contextmanager
-def consume(request: ToolCallRequest, queue: str) -> Iterator[dict[str, str]]:
+def _recording() -> bool:
+    """True when a tracer provider is set (without one, no span records anything)."""
+    return _OTEL and not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
+def consume(request: ToolCallRequest, queue: str) -> AbstractContextManager[dict[str, str]]:
     """A CONSUMER span ``process <queue>``, child of the request's context, around a call.
 
     Args:
         request: the call taken from ``queue``.
         queue: the queue it came from.
 
-    Yields:
-        The log fields ``trace_id`` and ``span_id`` (32 and 16 hex digits) of the span, or
-        of the request's ``traceparent`` when no span is recorded; empty when neither.
+    Returns:
+        A context manager whose value is the log fields ``trace_id`` and ``span_id`` (32
+        and 16 hex digits) of the span, or of the request's ``traceparent`` when no span
+        is recorded; empty when neither. With no tracer provider set, no span is opened.
     """
-    if not _OTEL or isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-        # no tracer provider set: a span would record nothing (absent from the path)
-        yield log_ids(request.context.traceparent)
-        return
+    if not _recording():  # a span would record nothing: absent from the path
+        return nullcontext(log_ids(request.context.traceparent))
+    return _consume(request, queue)
+
+
+@contextmanager
+def _consume(request: ToolCallRequest, queue: str) -> Iterator[dict[str, str]]:
     carrier = {"traceparent": request.context.traceparent, "tracestate": request.context.tracestate}
     parent = propagate.extract({k: v for k, v in carrier.items() if v})
     tracer = trace.get_tracer(_TRACER)
@@ -152,7 +160,7 @@ def record_status(status: Status) -> None:
 
     A status the model cannot fix (crashed, timeout, expired, rejected) marks it an error.
     """
-    if not _OTEL or isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+    if not _recording():
         return  # no tracer provider set: no span records anything
     span = trace.get_current_span()
     if not span.is_recording():

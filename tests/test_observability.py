@@ -115,12 +115,19 @@ def test_metrics_count_every_status_exactly_across_processes(
         deadline = time.monotonic() + 10
         while not pid_file.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        during = _scrape(fleet.metrics_port)  # type: ignore[attr-defined]
-        assert any(
-            s.value == 1
-            for s in during["toolfleet_calls_in_flight"]
-            if s.labels["function"] == F + "pid_sleep"
-        )
+        # the gauge goes out with the process's next metrics flush (each second at most)
+        deadline = time.monotonic() + 10
+        while True:
+            during = _scrape(fleet.metrics_port)  # type: ignore[attr-defined]
+            running = any(
+                s.value == 1
+                for s in during.get("toolfleet_calls_in_flight", [])
+                if s.labels["function"] == F + "pid_sleep"
+            )
+            if running or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert running
         dead_pid = int(pid_file.read_text())
         os.kill(dead_pid, signal.SIGKILL)
         assert victim.result().status is Status.CRASHED  # requeued, answered by another worker

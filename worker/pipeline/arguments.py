@@ -22,6 +22,7 @@ Policy (each case gives one terminal reply, never a worker traceback):
 from __future__ import annotations
 
 import contextlib
+import weakref
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -95,16 +96,33 @@ def _decode(raw: dict[str, Any] | str | None, *, has_fields: bool) -> dict[str, 
     return value
 
 
-def _reject_extra(value: dict[str, Any], model: type[BaseModel]) -> None:
-    if model.model_config.get("extra") == "allow":
-        return
+#: model -> (its fields mapping, the argument names it accepts), read once per model
+_KNOWN: weakref.WeakKeyDictionary[type[BaseModel], tuple[dict[str, Any], frozenset[str]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _known_names(model: type[BaseModel]) -> frozenset[str]:
+    """Field names and string aliases of ``model`` (again when its fields were rebuilt)."""
+    fields = model.model_fields
+    cached = _KNOWN.get(model)
+    if cached is not None and cached[0] is fields:
+        return cached[1]
     known: set[str] = set()
-    for name, info in model.model_fields.items():
+    for name, info in fields.items():
         known.add(name)
         if isinstance(info.alias, str):
             known.add(info.alias)
         if isinstance(info.validation_alias, str):
             known.add(info.validation_alias)
+    _KNOWN[model] = (fields, frozenset(known))
+    return frozenset(known)
+
+
+def _reject_extra(value: dict[str, Any], model: type[BaseModel]) -> None:
+    if model.model_config.get("extra") == "allow":
+        return
+    known = _known_names(model)
     extra = [key for key in value if key not in known]
     if extra:
         label = "unexpected argument" if len(extra) == 1 else "unexpected arguments"

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from toolfleet.shared import codec
 from toolfleet.shared.affinity import session_lost_reason
-from toolfleet.shared.catalog import Refusal, governing_switches, refusal
+from toolfleet.shared.catalog import CatalogEntry, Refusal, governing_switches, refusal
 from toolfleet.shared.catalog_life import contested_message, pin_refusal
 from toolfleet.shared.errors import InvalidArgumentsError, ToolCallError
 from toolfleet.shared.limits import deadline_problem
@@ -129,6 +129,8 @@ class CallPipeline:
         self.gate = gate
         self.running: dict[str, CallHandle] = {}
         self._running_lock = threading.Lock()
+        #: function -> (its catalog entry, the switches governing it)
+        self._governing_switches: dict[str, tuple[CatalogEntry, Mapping[str, bool]]] = {}
 
     def close(self) -> None:
         """Stop the event loop and the tool child processes (at drain)."""
@@ -218,18 +220,31 @@ class CallPipeline:
             return self._failure(request, Status.EXPIRED, EXPIRED_MESSAGE, timings)
         served = self.registry.served.get(request.function)
         entry = None if served is None else self.registry.catalog_entry(served)
+        governing = None if entry is None else self._governing(entry)
         switches: Mapping[str, bool] = self.registry.switches.states
-        if entry is not None and not fresh_switches:
-            switches = dict.fromkeys(governing_switches(entry), True)
+        if governing is not None and not fresh_switches:
+            switches = dict.fromkeys(governing, True)
         known = None
         if served is None:  # an unknown function: the message names the nearest served ones
             known = {n: self.registry.catalog_entry(s) for n, s in self.registry.served.items()}
-        refused = refusal(request.function, entry, switches, request.context.account, known=known)
+        refused = refusal(
+            request.function, entry, switches, request.context.account,
+            known=known, governing=governing,
+        )  # fmt: skip
         if refused is None and served is not None:
             refused = self._pinned(request, served)
         if refused is not None:
             return self._failure(request, refused.status, refused.message, timings)
         return None
+
+    def _governing(self, entry: CatalogEntry) -> Mapping[str, bool]:
+        """``governing_switches(entry)``, worked out once per catalog entry (read only)."""
+        cached = self._governing_switches.get(entry.name)
+        if cached is not None and cached[0] is entry:
+            return cached[1]
+        governing = governing_switches(entry)
+        self._governing_switches[entry.name] = (entry, governing)
+        return governing
 
     def _pinned(self, request: ToolCallRequest, served: ServedTool) -> Refusal | None:
         """Why this worker's tool is not the one the call was listed for (``None``: it is).

@@ -14,6 +14,7 @@ from toolfleet.shared.signals import REDACTED, tool_requested, tool_responded
 from toolfleet.shared.wire import Status, ToolCallRequest, ToolCallResult
 from toolfleet.worker.pipeline.completer import Posted
 from toolfleet.worker.registry.registry import Registry
+from toolfleet.worker.registry.served_tool import ServedTool
 from toolfleet.worker.supervision import metrics
 
 __all__ = ["Observer"]
@@ -64,6 +65,8 @@ class Observer:
         #: call id -> the function label its in-flight gauge went up under (so it comes
         #: down under the same one, even if the served functions changed meanwhile)
         self._in_flight: dict[str, str] = {}
+        #: function -> (the tool served under it, its label, slug and event-payload opt-in)
+        self._facts: dict[str, tuple[ServedTool, tuple[str, str, bool]]] = {}
 
     def _label(self, function: str) -> str:
         """A call's ``function`` label: its name when served here, else ``unknown``.
@@ -72,14 +75,23 @@ class Observer:
         """
         return function_label(function, self.registry.served)
 
-    def _extension(self, function: str) -> tuple[str, bool]:
+    def _facts_of(self, function: str) -> tuple[str, str, bool]:
+        """A call's ``function`` label, extension slug and event-payload opt-in.
+
+        ``""`` and ``False`` for a function not served. Kept per served tool: worked out
+        again when another tool serves the name.
+        """
         served = self.registry.served.get(function)
         if served is None:
-            return "", False
-        return served.extension.slug, served.extension.event_payloads
+            return self._label(function), "", False
+        cached = self._facts.get(function)
+        if cached is not None and cached[0] is served:
+            return cached[1]
+        facts = (self._label(function), served.extension.slug, served.extension.event_payloads)
+        self._facts[function] = (served, facts)
+        return facts
 
-    def _base(self, request: ToolCallRequest) -> dict[str, Any]:
-        slug, _ = self._extension(request.function)
+    def _base(self, request: ToolCallRequest, slug: str) -> dict[str, Any]:
         return {
             "id": request.id,
             "function": request.function,
@@ -89,8 +101,7 @@ class Observer:
             "traceparent": request.context.traceparent,
         }
 
-    def _payload(self, function: str, value: Any) -> Any:
-        _, opted_in = self._extension(function)
+    def _payload(self, opted_in: bool, value: Any) -> Any:
         if not opted_in:
             return REDACTED
         text = self.registry.redactor.scrub(codec.dumps_str(value))
@@ -116,14 +127,17 @@ class Observer:
 
     def requested(self, request: ToolCallRequest) -> dict[str, Any]:
         """A call was accepted: count it in flight and fire ``tool_requested``."""
-        label = self._label(request.function)
+        label, slug, opted_in = self._facts_of(request.function)
         self._in_flight[request.id] = label
-        metrics.child(metrics.IN_FLIGHT, label).inc()
+        if self.tally is not None:  # written with the next flush (group commit, or each second)
+            self.tally.inc(metrics.IN_FLIGHT, (label,))
+        else:
+            metrics.child(metrics.IN_FLIGHT, label).inc()
         event = {
             "kind": "tool_requested",
             "at": time.time(),
-            **self._base(request),
-            "arguments": self._payload(request.function, request.arguments),
+            **self._base(request, slug),
+            "arguments": self._payload(opted_in, request.arguments),
         }
         if tool_requested.receivers:  # nobody listening: nothing to call
             tool_requested.send(request.function, **event)
@@ -142,8 +156,7 @@ class Observer:
         """
         if posted == Posted.ALREADY_ANSWERED:  # the first answer was counted
             return
-        slug, _ = self._extension(request.function)
-        label = self._label(request.function)
+        label, slug, _ = self._facts_of(request.function)
         model = model_label(request.context.llmclient, self.models)
         tally = self.tally
         if tally is not None:
@@ -189,9 +202,13 @@ class Observer:
 
         The call is counted once its reply is written (:meth:`answered`).
         """
-        label = self._label(request.function)
+        label, slug, opted_in = self._facts_of(request.function)
         if accepted:
-            metrics.child(metrics.IN_FLIGHT, self._in_flight.pop(request.id, label)).dec()
+            went_up = self._in_flight.pop(request.id, label)
+            if self.tally is not None:
+                self.tally.inc(metrics.IN_FLIGHT, (went_up,), -1.0)
+            else:
+                metrics.child(metrics.IN_FLIGHT, went_up).dec()
         if result.status is Status.INVALID_ARGUMENTS:
             sent = self._raw_arguments(request)
             log.info("invalid arguments for %s (call %s): %s; the model sent: %s",
@@ -199,26 +216,27 @@ class Observer:
         event = {
             "kind": "tool_responded",
             "at": time.time(),
-            **self._base(request),
+            **self._base(request, slug),
             "status": result.status.value,
             "queued_s": result.queued_s,
             "run_s": result.run_s,
-            "result": self._payload(request.function, result.content) if result.ok else None,
+            "result": self._payload(opted_in, result.content) if result.ok else None,
             "error": None if result.ok else result.error,
         }
         if tool_responded.receivers:
             tool_responded.send(request.function, **event)
         level = logging.DEBUG if result.ok else logging.INFO
-        log.log(
-            level,
-            "%s %s: %s",
-            request.function,
-            request.id,
-            result.status.value,
-            extra={
-                "status": result.status.value,
-                "queued_s": result.queued_s,
-                "run_s": result.run_s,
-            },
-        )
+        if log.isEnabledFor(level):
+            log.log(
+                level,
+                "%s %s: %s",
+                request.function,
+                request.id,
+                result.status.value,
+                extra={
+                    "status": result.status.value,
+                    "queued_s": result.queued_s,
+                    "run_s": result.run_s,
+                },
+            )
         return event

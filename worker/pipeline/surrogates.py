@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import orjson
+
 __all__ = ["REPLACEMENT", "has_lone_surrogate", "replace_lone_surrogates"]
 
 REPLACEMENT = "\ufffd"
@@ -34,7 +36,15 @@ def replace_lone_surrogates(value: Any) -> Any:
     """
     if isinstance(value, str):
         return _replaced(value)
-    if not isinstance(value, (dict, list)) or not _holds_lone_surrogate(value):
+    if not isinstance(value, (dict, list)):
+        return value
+    try:
+        orjson.dumps(value)  # refuses a lone surrogate in any string or key (C speed)
+    except (orjson.JSONEncodeError, TypeError):
+        pass  # that, or something else it does not encode as it stands: looked at below
+    else:
+        return value
+    if not _holds_lone_surrogate(value):
         return value
     copy = _shell(value)
     stack: list[tuple[Any, Any]] = [(value, copy)]

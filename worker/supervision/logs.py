@@ -23,8 +23,7 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -62,14 +61,31 @@ _call: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
 )
 
 
-@contextmanager
-def call_scope(**fields: Any) -> Iterator[None]:
-    """Attach ``fields`` (call_id, function, traceparent, ...) to records logged inside."""
-    token = _call.set({**(_call.get() or {}), **{k: v for k, v in fields.items() if v is not None}})
-    try:
-        yield
-    finally:
-        _call.reset(token)
+class _CallScope:
+    """The context manager :func:`call_scope` returns (a class: no generator per call)."""
+
+    __slots__ = ("_fields", "_token")
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        self._fields = fields
+        self._token: contextvars.Token[dict[str, Any] | None] | None = None
+
+    def __enter__(self) -> None:
+        outer = _call.get()
+        self._token = _call.set({**outer, **self._fields} if outer else self._fields)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _call.reset(self._token)
+            self._token = None
+
+
+def call_scope(**fields: Any) -> AbstractContextManager[None]:
+    """Attach ``fields`` (call_id, function, traceparent, ...) to records logged inside.
+
+    A field whose value is ``None`` is left out.
+    """
+    return _CallScope({k: v for k, v in fields.items() if v is not None})
 
 
 class _CallFilter(logging.Filter):

@@ -67,7 +67,7 @@ def child(metric: M, *labels: str) -> M:
 
 
 class Tally:
-    """Per-call counter and histogram updates kept in memory, written once per batch.
+    """Per-call counter, gauge and histogram updates kept in memory, written once per batch.
 
     A write to prometheus-client's multiprocess files takes a lock, a pid check and an
     mmap write per value; a worker process adds up the calls it answers instead and hands
@@ -82,8 +82,12 @@ class Tally:
         self._counts: dict[tuple[Any, tuple[str, ...]], float] = {}
         self._observed: dict[tuple[Any, tuple[str, ...]], list[float]] = {}
 
-    def inc(self, metric: Counter, labels: tuple[str, ...], amount: float = 1.0) -> None:
-        """Add ``amount`` to ``metric{labels}`` at the next flush."""
+    def inc(self, metric: Counter | Gauge, labels: tuple[str, ...], amount: float = 1.0) -> None:
+        """Add ``amount`` to ``metric{labels}`` at the next flush.
+
+        A gauge takes negative amounts too (``-1``: one fewer); what nets to zero between
+        two flushes writes nothing (the series is still made).
+        """
         key = (metric, labels)
         with self._lock:
             self._counts[key] = self._counts.get(key, 0.0) + amount
@@ -106,7 +110,9 @@ class Tally:
             counts, self._counts = self._counts, {}
             observed, self._observed = self._observed, {}
         for (metric, labels), amount in counts.items():
-            child(metric, *labels).inc(amount)
+            series = child(metric, *labels)
+            if amount:
+                series.inc(amount)
         for (metric, labels), values in observed.items():
             _observe_all(child(metric, *labels), values)
 
