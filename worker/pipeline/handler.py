@@ -25,6 +25,7 @@ from toolfleet.worker.pipeline.observe import Observer
 from toolfleet.worker.pipeline.replies import post_rejection
 from toolfleet.worker.pipeline.routes import RouteRecorder
 from toolfleet.worker.pipeline.surrogates import has_lone_surrogate, replace_lone_surrogates
+from toolfleet.worker.registry.served_tool import ServedTool
 from toolfleet.worker.supervision import metrics
 from toolfleet.worker.supervision.logs import call_scope
 
@@ -167,9 +168,28 @@ class CallHandler:
             requested = self.observer.requested(request) if accepted else None
             self._finish(request, early, queue, requested, ack)
             return None
+        served = self.pipeline.registry.served.get(request.function)
+        gate = self.pipeline.gate
+        if gate is None or served is None or served.concurrency is None:
+            return self._claimed(request, queue, ack, served)
+        # a call that waits for a fleet-wide slot is claimed only once it holds one: if
+        # its process dies while it waits, it is served again, not answered crashed
+        gate.hold(request, served)
+        try:
+            return self._claimed(request, queue, ack, served)
+        finally:
+            gate.let_go(request, served)  # unless its run took the slot over
+
+    def _claimed(
+        self,
+        request: ToolCallRequest,
+        queue: str,
+        ack: InlineAck | None,
+        served: ServedTool | None,
+    ) -> ToolCallResult | None:
+        """Claim the call, then answer it (:meth:`_handle`'s second half)."""
         token = self.ledger.new_token()
         record = self.pipeline.in_flight(request)
-        served = self.pipeline.registry.served.get(request.function)
         durable = served is not None and not served.idempotent  # a second run would harm
         claim = self.ledger.claim(request, queue, token, record, durable=durable)
         if claim.under_replicated:  # run anyway: see docs/cluster.md, "Failover"
