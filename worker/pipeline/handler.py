@@ -29,9 +29,16 @@ from toolfleet.worker.registry.served_tool import ServedTool
 from toolfleet.worker.supervision import metrics
 from toolfleet.worker.supervision.logs import call_scope
 
-__all__ = ["CallHandler", "RejectedMessage", "stream_event"]
+__all__ = ["STOPPED", "CallHandler", "RejectedMessage", "stream_event"]
 
 log = logging.getLogger("toolfleet.worker.handler")
+
+
+#: What the model reads of a call still running when its process's drain ran out of time.
+STOPPED = (
+    "the worker stopped (its shutdown grace period ran out) while running this call; "
+    "not retried because the tool may have side effects"
+)
 
 
 class RejectedMessage(Exception):  # noqa: N818 - a verdict on a message, not an error of ours
@@ -74,6 +81,10 @@ class CallHandler:
         self._active: set[str] = set()
         self._active_lock = threading.Lock()
         self._handed_back: dict[str, int] = {}
+        #: claimed calls whose tool runs now: id -> (request, queue, requested event, ack)
+        self._started: dict[
+            str, tuple[ToolCallRequest, str, dict[str, Any] | None, InlineAck | None]
+        ] = {}
         #: Puts a message back on its queue, for the n-th time (set by the loop).
         self.hand_back: Callable[[InlineAck, int], None] | None = None
 
@@ -225,6 +236,8 @@ class CallHandler:
         def answer(late: ToolCallResult) -> None:  # a fresh thread, past the limit
             self._finish(request, late, queue, requested, ack)
 
+        with self._active_lock:
+            self._started[request.id] = (request, queue, requested, ack)
         try:
             result = self.pipeline.call(request, answer)
         except Abandoned:
@@ -234,8 +247,31 @@ class CallHandler:
             crashed = self.pipeline.failure(request, Status.CRASHED, "worker error")
             self.observer.responded(request, crashed, queue, True)
             raise
+        finally:
+            with self._active_lock:
+                self._started.pop(request.id, None)
         self._finish(request, result, queue, requested, ack)
         return None
+
+    def answer_started(self) -> int:
+        """Answer ``crashed`` every call this process claimed and has not answered yet.
+
+        For the end of a drain whose grace ran out: the process exits, and a call it
+        started gets its reply now instead of at its deadline (a late result of its tool
+        is discarded). How many calls were answered.
+        """
+        with self._active_lock:
+            started = list(self._started.values())
+            self._started.clear()
+        answered = 0
+        for request, queue, requested, ack in started:
+            crashed = self.pipeline.failure(request, Status.CRASHED, STOPPED)
+            try:
+                self._finish(request, crashed, queue, requested, ack)
+                answered += 1
+            except redis.RedisError as exc:
+                log.warning("call %s left unanswered at exit: %s", request.id, exc)
+        return answered
 
     def _may_hand_back(self, request: ToolCallRequest, ack: InlineAck | None) -> bool:
         """True to hand back a call to a name this process does not serve: it is listed.

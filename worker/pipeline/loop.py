@@ -13,7 +13,10 @@ and one that was not a request is dead-lettered. No Dramatiq ``Worker``, worker 
 middleware runs: Dramatiq is the transport only (its message format and keys).
 
 :meth:`CallLoop.stop` drains: the fetchers stop (their waits end at once), every message
-already fetched is still run, and the slot threads end within the grace period.
+already fetched is still run, and the slot threads end within the grace period. A call
+still running when the grace runs out is answered ``crashed`` before the process exits
+(:meth:`~.handler.CallHandler.answer_started`); one fetched and not started (e.g. waiting
+for a fleet-wide slot: not claimed) goes back to its queue with the process's recovery.
 """
 
 from __future__ import annotations
@@ -115,7 +118,11 @@ class CallLoop:
             thread.join(max(0.0, give_up - time.monotonic()))
         left = sum(thread.is_alive() for thread in serving)
         if left:
-            log.warning("%d calls still running at the end of the grace period", left)
+            answered = self.handler.answer_started()
+            log.warning(
+                "%d calls still running at the end of the grace period; %d answered crashed",
+                left, answered,
+            )  # fmt: skip
 
     def _serve(self, first: Callable[[], None] | None = None) -> None:
         """Serve fetched messages until the inbox says stop (``None``).
