@@ -83,6 +83,23 @@ class Hold(Tool):
         return os.getpid()
 
 
+class Tally(Tool):
+    """Record each start and each finish (by call id, with this worker's pid), holding between.
+
+    Not idempotent: a start without a finish is a run its process did not survive.
+    """
+
+    name = "tally"
+    arguments_model = HoldArguments
+    timeout_s = 30.0
+
+    def call(self, arguments: HoldArguments, context: ExtensionContext) -> int:
+        _redis().hset(_key("tally_started"), context.call_id, os.getpid())
+        time.sleep(arguments.seconds)
+        _redis().hset(_key("tally_finished"), context.call_id, os.getpid())
+        return os.getpid()
+
+
 #: The cool-down of ``flaky``'s breaker, seconds.
 FLAKY_COOLDOWN_S = 6.0
 
@@ -115,11 +132,12 @@ extension = Extension(
     slug="tenancy-test",
     version="0.0.1",
     description="Tools for the fleet-wide limit tests.",
-    tools=[Limited, Pooled, Hold, Flaky],
+    tools=[Limited, Pooled, Hold, Flaky, Tally],
     tool_options={
         "limited": ToolOptions(concurrency=3),
         "pooled": ToolOptions(concurrency=3),
         "hold": ToolOptions(concurrency=1),
+        "tally": ToolOptions(concurrency=1),
         # long enough that a loaded machine's pauses do not end it before the test has
         # seen the refusals; the tests wait out only what is left of it (wait_out_the_cooldown)
         "flaky": ToolOptions(breaker=BreakerPolicy(failures=5, cooldown_s=FLAKY_COOLDOWN_S)),

@@ -8,6 +8,7 @@ the worker imports Dramatiq's ``Worker``, its middleware or its private consumer
 from __future__ import annotations
 
 import ast
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from dramatiq.brokers.redis import RedisBroker
 
 from conftest import TEST_QUEUE, Fleet, start_fleet
 from toolfleet.producer import ToolClient
-from toolfleet.shared.naming import actor_name_for
+from toolfleet.shared.naming import actor_name_for, claim_key
 from toolfleet.shared.wire import ReplyEnvelope, Status, ToolCallRequest
 
 WORKER = Path(__file__).resolve().parents[1] / "worker"
@@ -150,6 +151,31 @@ def test_a_sync_tool_runs_on_the_slot_thread_that_took_its_call(one_slot: Fleet)
         result = client.call("ext_inline_test_thread_name", {}, timeout_s=60)
     assert result.status is Status.OK
     assert str(result.content).startswith("toolfleet-slot-"), result.content
+
+
+def test_the_fetch_claims_the_calls_it_takes(one_slot: Fleet) -> None:
+    """Fetch is claim: calls of a burst are claimed by the script that fetched them.
+
+    A fetch's claim tokens are ``<worker id>#<random><n>.<i>`` (a claim made apart from
+    the fetch has no ``.``); only the first fetch after a wait (whose ids are not known
+    beforehand) leaves its calls to be claimed apart.
+    """
+    (pid,) = one_slot.worker_pids()
+    owner = f"{socket.gethostname()}:{pid}#"
+    r = redis.Redis.from_url(one_slot.redis_url)
+    try:
+        with ToolClient(one_slot.redis_url, namespace=one_slot.namespace) as client:
+            futures = [
+                client.submit("ext_inline_test_thread_name", {}, timeout_s=60) for _ in range(20)
+            ]
+            results = [future.result(timeout=60) for future in futures]
+        assert {res.status for res in results} == {Status.OK}
+        tokens = [r.get(claim_key(one_slot.namespace, res.id)) for res in results]
+        assert all(t is not None and t.decode().startswith(owner) for t in tokens), tokens
+        by_fetch = sum("." in t.decode().partition("#")[2] for t in tokens if t is not None)
+        assert by_fetch >= 10, tokens  # 19 expected: one fetch follows a wait
+    finally:
+        r.close()
 
 
 def test_an_overrun_sync_tool_is_answered_and_a_fresh_thread_takes_its_slot(

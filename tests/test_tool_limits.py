@@ -27,6 +27,7 @@ LIMITED = "ext_tenancy_test_limited"
 POOLED = "ext_tenancy_test_pooled"
 HOLD = "ext_tenancy_test_hold"
 FLAKY = "ext_tenancy_test_flaky"
+TALLY = "ext_tenancy_test_tally"
 
 
 @pytest.fixture(scope="module")
@@ -188,6 +189,39 @@ def test_a_sigkilled_workers_slots_are_freed_with_its_recovery_and_waiting_calls
     print(f"\nSIGKILL of a process holding {len(victim_leases)} of 3 slots: leases freed in "
           f"{freed:.2f} s, slots retaken {retaken:.2f} s later; {len(crashed)} crashed, "
           f"{len(others)} ok")  # fmt: skip
+    limits_fleet.wait_ready()  # its replacement serves the next tests
+
+
+def test_a_sigkill_answers_crashed_only_for_calls_whose_tool_started(
+    tc: ToolClient, r: redis.Redis, limits_fleet: Fleet
+) -> None:
+    """Calls waiting for a fleet-wide slot are not claimed: a SIGKILL re-serves them.
+
+    A call that never started its tool is never answered ``crashed``: only a call whose
+    run its process did not survive (a start the tool recorded, with no finish) may be.
+    """
+    started_key = record_key(limits_fleet.namespace, "tally_started")
+    finished_key = record_key(limits_fleet.namespace, "tally_finished")
+    r.delete(started_key, finished_key)
+    # Given many calls of a non-idempotent tool limited to 1 at once, fleet-wide, in flight
+    futures = [tc.submit(TALLY, {"seconds": 0.4}, timeout_s=60) for _ in range(14)]
+    # When the worker process running one of them is SIGKILLed while the others wait
+    assert _wait_for(lambda: r.hlen(started_key) > 0, 20.0) is not None, "no call started"
+    pid = int(next(iter(r.hvals(started_key))))
+    os.kill(pid, signal.SIGKILL)
+    # Then every call is answered, once
+    results = [future.result(timeout=90) for future in futures]
+    assert len({res.id for res in results}) == len(futures)
+    # And only calls whose tool started and did not finish may be answered crashed
+    started = {key.decode() for key in r.hkeys(started_key)}
+    finished = {key.decode() for key in r.hkeys(finished_key)}
+    unfinished = started - finished
+    crashed = {res.id for res in results if res.status is Status.CRASHED}
+    assert crashed <= unfinished, (sorted(crashed - unfinished), len(crashed), len(unfinished))
+    others = {res.status for res in results if res.id not in crashed}
+    assert others <= {Status.OK}, others
+    print(f"\nSIGKILL with 14 calls of a tool limited to 1: {len(crashed)} crashed, "
+          f"{len(unfinished)} started and unfinished, {len(finished)} finished")  # fmt: skip
     limits_fleet.wait_ready()  # its replacement serves the next tests
 
 

@@ -212,6 +212,50 @@ class FleetRedisBroker(RedisBroker):
             pairs.append((redis_id, flat[i + 1]))
         return pairs
 
+    def fetch_claiming(
+        self,
+        queue_name: str,
+        count: int,
+        claims: tuple[list[str], list[Any], list[str]],
+        expected: list[str],
+        peek: int,
+    ) -> tuple[dict[Any, Any], list[str], list[tuple[str, bytes | None, int, bytes, bytes]]]:
+        """:meth:`fetch_with_ids` that claims the calls it takes in the same script.
+
+        ``claims`` comes from :meth:`~toolfleet.worker.pipeline.ledger.Ledger.fetch_claim`
+        for the ``expected`` ids (see ``fetch.lua``); ``peek`` ids at the queue's head are
+        read after the batch left it.
+
+        Returns:
+            The switches hash as read with the batch, the ids now at the queue's head, and
+            per message ``(redis id, body, state, value, cancel marker)``: state -1 not
+            claimed here, 0 an outcome exists (value: it), 1 claimed (value: the token), 2
+            claimed already (value: the owner's token).
+
+        Raises:
+            redis.RedisError: Redis failed.
+        """
+        if self._fetch_script is None:
+            self._fetch_script = self.client.register_script(_FETCH_WITH_IDS)
+        head_keys, argv, per_id = claims
+        lanes = lane_keys(self.namespace, queue_name)
+        keys = [
+            queue_key(self.namespace, queue_name),
+            self._acks_key(queue_name),
+            queue_msgs_key(self.namespace, queue_name),
+            lanes_active_key(self.namespace, queue_name),
+            *head_keys,
+            *lanes,
+            *per_id,
+        ]
+        flat = self._fetch_script(keys, [count, len(lanes), *argv, peek, *expected])
+        switches, head = flat[0], [as_text(i) for i in flat[1]]
+        found = []
+        for i in range(2, len(flat), 5):
+            found.append((as_text(flat[i]), flat[i + 1], int(flat[i + 2]), flat[i + 3] or b"",
+                          flat[i + 4] or b""))  # fmt: skip
+        return dict(zip(switches[::2], switches[1::2], strict=True)), head, found
+
     def forget_fetched(self, queue_name: str, redis_id: str) -> None:
         """Drop a fetched id whose body no longer exists from this broker's unacked set."""
         try:

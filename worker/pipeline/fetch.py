@@ -7,8 +7,13 @@ the list is non-empty) on a connection of its own, made by the same factory as t
 client (so after a Sentinel failover it asks Sentinel, not the dead master's address).
 Woken, it takes up to as many messages as there are free slots (:class:`Slots`), never
 more, with ``fetch.lua`` (Dramatiq's fetch plus the queue's account lanes), and hands each
-to a slot thread. After a batch shorter than asked for (the queue ran dry) it goes back
-to the wait, not to another fetch: an idle process sends one blocking command per wait.
+to a slot thread. Fetch is claim: the same script claims each call it takes (as
+``claim.lua`` would, one script for both), except a call that must wait for a fleet-wide
+per-tool slot (claimed once it holds one, so a call that never started is never answered
+``crashed``), one not published under its own call id, and one whose claim waits for
+replicas; the handler claims those itself. After a batch shorter than asked for (the
+queue ran dry) it goes back to the wait, not to another fetch: an idle process sends one
+blocking command per wait.
 
 A :class:`DelayFetcher` per queue serves Dramatiq's delay queue (``<q>.DQ``) as
 Dramatiq's worker does: it holds each delayed message until its ``eta`` and then enqueues
@@ -27,9 +32,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from queue import SimpleQueue
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 from dramatiq.common import current_millis, q_name
@@ -37,6 +42,8 @@ from dramatiq.message import Message
 
 from toolfleet.shared.connect import is_cluster
 from toolfleet.shared.naming import queue_key
+from toolfleet.shared.tenancy.lanes import TOKEN
+from toolfleet.shared.text import as_text
 from toolfleet.worker.messaging.broker import (
     RECONNECT_BACKOFF_S,
     FleetRedisBroker,
@@ -45,7 +52,7 @@ from toolfleet.worker.messaging.broker import (
     unusable,
 )
 
-__all__ = ["DelayFetcher", "Delivery", "QueueFetcher", "Slots", "Waiter"]
+__all__ = ["DelayFetcher", "Delivery", "FetchedClaim", "QueueFetcher", "Slots", "Waiter"]
 
 log = logging.getLogger("toolfleet.worker.fetch")
 
@@ -77,6 +84,34 @@ class Delivery:
     counted_as: str
     redis_id: str
     message: Message[Any]
+    claim: FetchedClaim | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedClaim:
+    """What the fetch script found or did for a call's claim (see ``fetch.lua``).
+
+    Attributes:
+        state: -1 not claimed by the fetch, 0 an outcome exists, 1 claimed, 2 claimed already.
+        value: the outcome (0), this delivery's token (1) or the owner's token (2).
+        cancel: the call's cancel marker (``b""``: not canceled).
+        switches: the switch states read with the batch.
+    """
+
+    state: int
+    value: bytes
+    cancel: bytes
+    switches: dict[Any, Any]
+
+
+class ClaimSource(Protocol):
+    """What a fetch that claims needs (the process's :class:`~.handler.CallHandler`)."""
+
+    def fetch_claims(self, expected: list[str]) -> tuple[list[str], list[Any], list[str]] | None:
+        """``fetch.lua``'s claim keys and arguments for ``expected`` ids (None: claim nothing)."""
+
+    def drop_claim(self, call_id: str) -> None:
+        """Give up the claim of a fetched call that will not be handled."""
 
 
 class Slots:
@@ -132,6 +167,8 @@ class Waiter:
         self._client_id: int | None = None
         self._closed = False
         self.wait_s = WAIT_S
+        #: the list's head the last wait saw (None: it timed out)
+        self.head: str | None = None
 
     def _ready(self) -> Any:
         if self._client is not None:
@@ -172,7 +209,9 @@ class Waiter:
             # to its last address, whereas a Sentinel pool's connection asks Sentinel here
             client.connection.connect()
         timeout: Any = self.wait_s if timeout_s is None else max(0.01, min(timeout_s, self.wait_s))
-        return client.blmove(key, key, timeout, "LEFT", "LEFT") is not None
+        moved = client.blmove(key, key, timeout, "LEFT", "LEFT")
+        self.head = None if moved is None else as_text(moved)
+        return moved is not None
 
     def unblock(self, client: Any) -> None:
         """End a wait now (best effort; from another thread, through ``client``)."""
@@ -255,6 +294,7 @@ class QueueFetcher(_Fetcher):
         inbox: where fetched deliveries go (the slot threads take them).
         actor_names: the Dramatiq actor names of this process's queues.
         connect: makes the wait's client.
+        claims: the claims of a fetch (``None``: the fetch claims nothing).
     """
 
     def __init__(
@@ -266,13 +306,17 @@ class QueueFetcher(_Fetcher):
         inbox: SimpleQueue[Delivery | None],
         actor_names: frozenset[str],
         connect: Callable[[], Any],
+        claims: ClaimSource | None = None,
     ) -> None:
         super().__init__(broker, queue, connect)
+        self.claims = claims
         self.counted_as = counted_as
         self.slots = slots
         self.inbox = inbox
         self.actor_names = actor_names
         self._empty = False
+        #: ids the next fetch expects at the queue's head (its claim keys go in KEYS)
+        self._expected: list[str] = []
 
     def _step(self) -> None:
         if not self.slots.wait_free(self.stop_event):
@@ -285,17 +329,36 @@ class QueueFetcher(_Fetcher):
             self._empty = not self.waiter.wait(self.key)
             if self._empty:
                 return
+            head = self.waiter.head
+            self._expected = [] if head is None or head == TOKEN else [head]
         taken = self.slots.take(FETCH_BATCH)
         if not taken:
             return
         handed = 0
         try:
-            fetched = self.broker.fetch_with_ids(self.queue, taken)
-            self._empty = len(fetched) < taken
-            for redis_id, data in fetched:
+            claims = None if self.claims is None else self.claims.fetch_claims(self._expected)
+            if claims is None:
+                fetched = self.broker.fetch_with_ids(self.queue, taken)
+                self._empty = len(fetched) < taken
+                for redis_id, data in fetched:
+                    delivery = self._decoded(redis_id, data)
+                    if delivery is not None:
+                        self.inbox.put(delivery)
+                        handed += 1
+                return
+            expected, self._expected = self._expected, []
+            switches, ahead, found = self.broker.fetch_claiming(
+                self.queue, taken, claims, expected, FETCH_BATCH
+            )
+            self._expected = ahead
+            self._empty = len(found) < taken
+            for redis_id, data, state, value, cancel in found:
                 delivery = self._decoded(redis_id, data)
+                if delivery is None and state == 1 and self.claims is not None:
+                    self.claims.drop_claim(redis_id)  # claimed, then found unusable
                 if delivery is not None:
-                    self.inbox.put(delivery)
+                    claim = FetchedClaim(state, value, cancel, switches)
+                    self.inbox.put(replace(delivery, claim=claim))
                     handed += 1
         finally:
             self.slots.give(taken - handed)

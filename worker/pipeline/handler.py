@@ -16,21 +16,32 @@ import redis
 from pydantic import ValidationError
 
 from toolfleet.shared import codec, tracing
+from toolfleet.shared.connect import is_cluster
 from toolfleet.shared.metric_labels import function_label
+from toolfleet.shared.text import as_text
 from toolfleet.shared.wire import Status, ToolCallRequest, ToolCallResult, validation_problems
 from toolfleet.worker.isolation.inproc import Abandoned
-from toolfleet.worker.pipeline.calls import CallPipeline
+from toolfleet.worker.pipeline.calls import DEADLINE_GRACE_S, ISOLATION_MARGIN_S, CallPipeline
+from toolfleet.worker.pipeline.fetch import FetchedClaim
 from toolfleet.worker.pipeline.ledger import InlineAck, Ledger, Posted
 from toolfleet.worker.pipeline.observe import Observer
 from toolfleet.worker.pipeline.replies import post_rejection
 from toolfleet.worker.pipeline.routes import RouteRecorder
 from toolfleet.worker.pipeline.surrogates import has_lone_surrogate, replace_lone_surrogates
+from toolfleet.worker.registry.served_tool import ServedTool
 from toolfleet.worker.supervision import metrics
 from toolfleet.worker.supervision.logs import call_scope
 
-__all__ = ["CallHandler", "RejectedMessage", "stream_event"]
+__all__ = ["STOPPED", "CallHandler", "RejectedMessage", "stream_event"]
 
 log = logging.getLogger("toolfleet.worker.handler")
+
+
+#: What the model reads of a call still running when its process's drain ran out of time.
+STOPPED = (
+    "the worker stopped (its shutdown grace period ran out) while running this call; "
+    "not retried because the tool may have side effects"
+)
 
 
 class RejectedMessage(Exception):  # noqa: N818 - a verdict on a message, not an error of ours
@@ -73,14 +84,27 @@ class CallHandler:
         self._active: set[str] = set()
         self._active_lock = threading.Lock()
         self._handed_back: dict[str, int] = {}
+        #: (claims of non-idempotent tools too, function -> fetch.lua's limits of it)
+        self._claimable: tuple[bool, dict[str, tuple[float, float, int]]] | None = None
+        #: claimed calls whose tool runs now: id -> (request, queue, requested event, ack)
+        self._started: dict[
+            str, tuple[ToolCallRequest, str, dict[str, Any] | None, InlineAck | None]
+        ] = {}
         #: Puts a message back on its queue, for the n-th time (set by the loop).
         self.hand_back: Callable[[InlineAck, int], None] | None = None
 
-    def handle(self, raw: Any, queue: str, ack: InlineAck | None = None) -> None:
+    def handle(
+        self,
+        raw: Any,
+        queue: str,
+        ack: InlineAck | None = None,
+        fetched: FetchedClaim | None = None,
+    ) -> None:
         """Answer one message body (the orjson-encoded :class:`ToolCallRequest`).
 
         ``ack``, when given, is the message's Dramatiq acknowledgement, made in the same
         script that answers the call (``ack.done`` then; the loop acknowledges otherwise).
+        ``fetched``, when given, is what the fetch script did for the call's claim.
 
         A request whose ``reply_to`` or ``id`` holds a lone surrogate (no Redis key can be
         named with it) is refused unrun, in one log line: with no reply when it is the
@@ -137,18 +161,24 @@ class CallHandler:
                 log.warning("call %s is running in this process; duplicate delivery dropped",
                             request.id)  # fmt: skip
                 return
+            claimed = fetched if fetched is not None and fetched.state != -1 else None
             try:
-                unserved = self._handle(request, queue, _size_bound(raw), ack)
+                unserved = self._handle(request, queue, _size_bound(raw), ack, claimed)
             finally:
                 with self._active_lock:
                     self._active.discard(request.id)
             # handed back once this process no longer holds the call: a sibling thread
             # may fetch it at once, and would drop it as a duplicate delivery before
-            if unserved is not None and not self._handed_back_now(request, ack):
+            if unserved is not None and not self._handed_back_now(request, ack, claimed):
                 self._finish(request, unserved, queue, self.observer.requested(request), ack)
 
     def _handle(
-        self, request: ToolCallRequest, queue: str, bound: int, ack: InlineAck | None
+        self,
+        request: ToolCallRequest,
+        queue: str,
+        bound: int,
+        ack: InlineAck | None,
+        fetched: FetchedClaim | None = None,
     ) -> ToolCallResult | None:
         """Answer the call, or return its ``unknown_function`` answer to hand it back first.
 
@@ -167,11 +197,36 @@ class CallHandler:
             requested = self.observer.requested(request) if accepted else None
             self._finish(request, early, queue, requested, ack)
             return None
-        token = self.ledger.new_token()
-        record = self.pipeline.in_flight(request)
         served = self.pipeline.registry.served.get(request.function)
-        durable = served is not None and not served.idempotent  # a second run would harm
-        claim = self.ledger.claim(request, queue, token, record, durable=durable)
+        gate = self.pipeline.gate
+        if gate is None or served is None or served.concurrency is None:
+            return self._claimed(request, queue, ack, served, fetched)
+        # a call that waits for a fleet-wide slot is claimed only once it holds one: if
+        # its process dies while it waits, it is served again, not answered crashed
+        gate.hold(request, served)
+        try:
+            return self._claimed(request, queue, ack, served)
+        finally:
+            gate.let_go(request, served)  # unless its run took the slot over
+
+    def _claimed(
+        self,
+        request: ToolCallRequest,
+        queue: str,
+        ack: InlineAck | None,
+        served: ServedTool | None,
+        fetched: FetchedClaim | None = None,
+    ) -> ToolCallResult | None:
+        """Claim the call (unless the fetch did), then answer it (:meth:`_handle`'s rest)."""
+        record = self.pipeline.in_flight(request)
+        if fetched is not None:
+            found = (fetched.state, fetched.value, fetched.cancel)
+            claim = self.ledger.fetched_claim(request, queue, found, fetched.switches, record)
+            token = as_text(fetched.value) if claim.acquired else self.ledger.new_token()
+        else:
+            token = self.ledger.new_token()
+            durable = served is not None and not served.idempotent  # a second run would harm
+            claim = self.ledger.claim(request, queue, token, record, durable=durable)
         if claim.under_replicated:  # run anyway: see docs/cluster.md, "Failover"
             label = function_label(request.function, self.pipeline.registry.served)
             metrics.CLAIMS_UNREPLICATED.labels(label).inc()
@@ -205,6 +260,8 @@ class CallHandler:
         def answer(late: ToolCallResult) -> None:  # a fresh thread, past the limit
             self._finish(request, late, queue, requested, ack)
 
+        with self._active_lock:
+            self._started[request.id] = (request, queue, requested, ack)
         try:
             result = self.pipeline.call(request, answer)
         except Abandoned:
@@ -214,8 +271,67 @@ class CallHandler:
             crashed = self.pipeline.failure(request, Status.CRASHED, "worker error")
             self.observer.responded(request, crashed, queue, True)
             raise
+        finally:
+            with self._active_lock:
+                self._started.pop(request.id, None)
         self._finish(request, result, queue, requested, ack)
         return None
+
+    def answer_started(self) -> int:
+        """Answer ``crashed`` every call this process claimed and has not answered yet.
+
+        For the end of a drain whose grace ran out: the process exits, and a call it
+        started gets its reply now instead of at its deadline (a late result of its tool
+        is discarded). How many calls were answered.
+        """
+        with self._active_lock:
+            started = list(self._started.values())
+            self._started.clear()
+        answered = 0
+        for request, queue, requested, ack in started:
+            crashed = self.pipeline.failure(request, Status.CRASHED, STOPPED)
+            try:
+                self._finish(request, crashed, queue, requested, ack)
+                answered += 1
+            except redis.RedisError as exc:
+                log.warning("call %s left unanswered at exit: %s", request.id, exc)
+        return answered
+
+    def fetch_claims(self, expected: list[str]) -> tuple[list[str], list[Any], list[str]] | None:
+        """``fetch.lua``'s claim keys and arguments: the fetch claims what it may.
+
+        ``expected``: the ids the fetch expects to take (the claimed ones among them).
+
+        It claims the calls of every served tool but one with a fleet-wide concurrency
+        limit (claimed once it holds its slot) and, when a claim must reach replicas
+        (``WAIT``, see :mod:`.ledger`), one that is not idempotent. None when no tool is
+        claimable.
+        """
+        ledger = self.ledger
+        durable_too = not is_cluster(ledger.client) and ledger.replicas_wanted("") == 0
+        if self._claimable is None or self._claimable[0] != durable_too:
+            claimable: dict[str, tuple[float, float, int]] = {}
+            for name, served in self.pipeline.registry.served.items():
+                if served.concurrency is not None or not (durable_too or served.idempotent):
+                    continue
+                isolation = (
+                    "async"
+                    if served.is_async and served.isolation == "thread"
+                    else (served.isolation)
+                )
+                margin = ISOLATION_MARGIN_S.get(isolation, 0.0)
+                claimable[name] = (served.timeout_s, margin, int(served.retry is not None))
+            self._claimable = (durable_too, claimable)
+        if not self._claimable[1]:
+            return None
+        return ledger.fetch_claim(self._claimable[1], DEADLINE_GRACE_S, expected)
+
+    def drop_claim(self, call_id: str) -> None:
+        """Give up the claim of a fetched call that will not be handled (logged on failure)."""
+        try:
+            self.ledger.release(call_id)
+        except redis.RedisError as exc:
+            log.warning("could not give up the claim of %s: %s", call_id, exc)
 
     def _may_hand_back(self, request: ToolCallRequest, ack: InlineAck | None) -> bool:
         """True to hand back a call to a name this process does not serve: it is listed.
@@ -238,14 +354,18 @@ class CallHandler:
         self._handed_back[request.id] = times + 1
         return True
 
-    def _handed_back_now(self, request: ToolCallRequest, ack: InlineAck | None) -> bool:
+    def _handed_back_now(
+        self, request: ToolCallRequest, ack: InlineAck | None, fetched: FetchedClaim | None = None
+    ) -> bool:
         """Put the call back at the end of its queue; False when that failed.
 
-        Nothing was claimed; the loop does not acknowledge it again (``ack.done``).
+        A claim the fetch took goes first; the loop does not acknowledge it (``ack.done``).
         """
         if ack is None or self.hand_back is None:
             return False
         try:
+            if fetched is not None and fetched.state == 1:
+                self.ledger.release(request.id)
             self.hand_back(ack, self._handed_back.get(request.id, 1))
         except redis.RedisError as exc:
             log.warning("call %s could not be handed back: %s", request.id, exc)

@@ -332,6 +332,76 @@ class Ledger:
             reply = self._claim_script(keys, argv)
         state, value, cancel, flat = reply
         switches = dict(zip(flat[::2], flat[1::2], strict=True))
+        return self._claim_of(request, queue, token, record, (state, value, cancel), switches,
+                              wanted, acked)  # fmt: skip
+
+    def fetch_claim(
+        self, claimable: dict[str, tuple[float, float, int]], grace_s: float, expected: list[str]
+    ) -> tuple[list[str], list[Any], list[str]]:
+        """What ``fetch.lua`` takes to claim the calls it fetches (see its head).
+
+        Args:
+            claimable: function -> (time limit s, isolation margin s, 1 when retried) of
+                the functions whose calls the fetch claims.
+            grace_s: seconds past the deadline a call bound by it may run.
+            expected: the ids the fetch expects to take (their keys go to KEYS).
+
+        Returns:
+            The keys after the rotation (switches hash, in-flight hash), the arguments
+            after the lanes' count (the batch's claim tokens are ``<worker id>#<random>
+            <n>.<i>``) and the claim, outcome and cancel keys of each expected id.
+        """
+        keys = [switches_key(self.namespace), inflight_key(self.namespace, self.worker_id)]
+        argv: list[Any] = [
+            time.time(), f"{self._token_prefix}{next(self._tokens):x}.", self.reply_ttl_s,
+            int(MAX_TIMEOUT_S + DEADLINE_SLACK_S), grace_s, MIN_ANSWER_S, codec.dumps(claimable),
+        ]  # fmt: skip
+        ns = self.namespace
+        per_id = [
+            key
+            for call_id in expected
+            for key in (claim_key(ns, call_id), outcome_key(ns, call_id), cancel_key(ns, call_id))
+        ]
+        return keys, argv, per_id
+
+    def fetched_claim(
+        self,
+        request: ToolCallRequest,
+        queue: str,
+        found: tuple[int, bytes, bytes],
+        switches: dict[Any, Any],
+        record: InFlight,
+    ) -> Claim:
+        """The :class:`Claim` of a call ``fetch.lua`` claimed (``found``: state, value, cancel)."""
+        state, value, cancel = found
+        token = as_text(value) if state == 1 else ""
+        return self._claim_of(request, queue, token, record, found, switches, 0, None)
+
+    def release(self, call_id: str) -> None:
+        """Give up this process's claim of a call that goes back to its queue unrun.
+
+        Raises:
+            redis.RedisError: Redis failed.
+        """
+        if self.table is not None:
+            self.table.clear(call_id)
+        pipe = pipeline(self.client)
+        pipe.delete(claim_key(self.namespace, call_id))
+        pipe.hdel(inflight_key(self.namespace, self.worker_id), call_id)
+        pipe.execute()
+
+    def _claim_of(
+        self,
+        request: ToolCallRequest,
+        queue: str,
+        token: str,
+        record: InFlight,
+        found: tuple[int, bytes, bytes],
+        switches: dict[Any, Any],
+        wanted: int,
+        acked: int | None,
+    ) -> Claim:
+        state, value, cancel = found
         if state == 0:
             return Claim(acquired=False, outcome=value, cancel=cancel, switches=switches)
         if state == 1:

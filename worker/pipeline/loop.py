@@ -13,7 +13,11 @@ and one that was not a request is dead-lettered. No Dramatiq ``Worker``, worker 
 middleware runs: Dramatiq is the transport only (its message format and keys).
 
 :meth:`CallLoop.stop` drains: the fetchers stop (their waits end at once), every message
-already fetched is still run, and the slot threads end within the grace period.
+already fetched is still run, and the slot threads end within the grace period. A call
+still running when the grace runs out is answered ``crashed`` before the process exits
+(:meth:`~.handler.CallHandler.answer_started`); one fetched and not started goes back to
+its queue unclaimed (one waiting for a fleet-wide slot is not claimed yet and goes back
+with the process's recovery).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from queue import SimpleQueue
+from queue import Empty, SimpleQueue
 from typing import Any
 
 import redis
@@ -78,7 +82,9 @@ class CallLoop:
         self.fetchers: list[QueueFetcher | DelayFetcher] = []
         for queue, counted_as in sorted(queues.items()):
             self.fetchers.append(
-                QueueFetcher(broker, queue, counted_as, self.slots, self.inbox, names, connect)
+                QueueFetcher(
+                    broker, queue, counted_as, self.slots, self.inbox, names, connect, handler
+                )
             )
             self.fetchers.append(DelayFetcher(broker, queue, connect))
         #: the slot threads serving now (an abandoned one leaves, its replacement joins)
@@ -115,7 +121,32 @@ class CallLoop:
             thread.join(max(0.0, give_up - time.monotonic()))
         left = sum(thread.is_alive() for thread in serving)
         if left:
-            log.warning("%d calls still running at the end of the grace period", left)
+            self._give_back_unstarted()
+            answered = self.handler.answer_started()
+            log.warning(
+                "%d calls still running at the end of the grace period; %d answered crashed",
+                left, answered,
+            )  # fmt: skip
+
+    def _give_back_unstarted(self) -> None:
+        """Put the messages fetched and not started back on their queues, claims given up.
+
+        At the end of a drain whose grace ran out: every slot thread is busy, and the
+        process exits without running them.
+        """
+        while True:
+            try:
+                delivery = self.inbox.get_nowait()
+            except Empty:
+                return
+            if delivery is None:
+                continue
+            try:
+                if delivery.claim is not None and delivery.claim.state == 1:
+                    self.handler.drop_claim(delivery.redis_id)
+                self.broker.do_requeue(delivery.queue, delivery.redis_id)
+            except redis.RedisError as exc:  # its recovery gives it back
+                log.warning("message %s not given back: %s", delivery.redis_id, exc)
 
     def _serve(self, first: Callable[[], None] | None = None) -> None:
         """Serve fetched messages until the inbox says stop (``None``).
@@ -170,7 +201,7 @@ class CallLoop:
         try:
             if not isinstance(args, list | tuple) or len(args) != 1 or message.kwargs:
                 raise TypeError("a toolfleet message takes exactly one argument, the request")
-            self.handler.handle(raw, delivery.counted_as, ack)
+            self.handler.handle(raw, delivery.counted_as, ack, delivery.claim)
         except RejectedMessage:  # answered already
             failed = True
         except redis.RedisError as exc:

@@ -55,6 +55,9 @@ class Gate:
         self.breakers = Breakers(client, namespace)
         self.on_change = on_change
         self.on_waited = on_waited
+        #: ids of calls holding a slot taken by :meth:`hold`, not yet run by :meth:`guard`
+        self._held: set[str] = set()
+        self._held_lock = threading.Lock()
 
     def guard(
         self,
@@ -74,13 +77,14 @@ class Gate:
             if served.breaker is not None:
                 wait = self.breakers.enter(function, request.id, lease_s + LEASE_MARGIN_S)
                 if wait is not None:
+                    self.let_go(request, served)  # a slot taken before the claim
                     metrics.BREAKER_REFUSED.labels(function).inc()
                     metrics.BREAKER_OPEN.labels(function).set(1)
                     content = unavailable_content(function, wait)
                     return ToolCallResult.answering(
                         request, Status.NOT_AVAILABLE, content, **timings
                     )
-            if served.concurrency is not None:
+            if served.concurrency is not None and not self._taken_before(request.id):
                 started = time.monotonic()
                 took = self._take_slot(request, served.concurrency, function, lease_s, canceled)
                 metrics.CONCURRENCY_WAIT.labels(function).observe(time.monotonic() - started)
@@ -103,6 +107,52 @@ class Gate:
         if served.breaker is not None:
             self._count(served, request, result)
         return result
+
+    def hold(
+        self, request: ToolCallRequest, served: ServedTool, canceled: threading.Event | None = None
+    ) -> bool:
+        """Wait for a slot of a limited tool before the call is claimed; True once held.
+
+        A call is claimed only once it holds its slot (a call that waits has not started:
+        if its process dies meanwhile, it is served again, not answered ``crashed``).
+        :meth:`guard` then finds the slot held by the call and keeps it. False when no
+        slot freed by the deadline (or ``canceled`` was set): :meth:`guard` answers
+        ``timeout`` then. Redis failing here counts as held (:meth:`guard` decides).
+        """
+        if served.concurrency is None:
+            return True
+        attempts = served.retry.attempts if served.retry else 1
+        lease_s = min(served.timeout_s * attempts, request.deadline - time.time() + _GRACE_S)
+        started = time.monotonic()
+        try:
+            took = self.limiter.acquire(
+                served.function, request.id, served.concurrency, lease_s, request.deadline,
+                canceled,
+            )  # fmt: skip
+        except redis.RedisError as exc:
+            log.warning("slot of %s not taken before the claim: %s", served.function, exc)
+            return True
+        metrics.CONCURRENCY_WAIT.labels(served.function).observe(time.monotonic() - started)
+        if took:
+            with self._held_lock:
+                self._held.add(request.id)
+        return took
+
+    def let_go(self, request: ToolCallRequest, served: ServedTool | None) -> None:
+        """Give back a slot :meth:`hold` took for a call that will not run here."""
+        with self._held_lock:
+            held = request.id in self._held
+            self._held.discard(request.id)
+        if held and served is not None:
+            self.limiter.release(served.function, request.id)
+
+    def _taken_before(self, call_id: str) -> bool:
+        """True (once) when :meth:`hold` took the call's slot."""
+        with self._held_lock:
+            if call_id in self._held:
+                self._held.discard(call_id)
+                return True
+            return False
 
     def _take_slot(
         self,
