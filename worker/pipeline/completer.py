@@ -97,6 +97,8 @@ class Outcome:
         events: encoded lifecycle events, appended only when the outcome is recorded.
         ack: the Dramatiq message to acknowledge in the same script, or None.
         deadline: Unix epoch seconds past which a write Redis cannot take is given up.
+        on_posted: called by the thread that wrote the batch, with the :class:`Posted`
+            value, before the batch's metrics go out (how the call is counted).
     """
 
     call_id: str
@@ -107,6 +109,7 @@ class Outcome:
     events: list[bytes] = field(default_factory=list)
     ack: InlineAck | None = None
     deadline: float = 0.0
+    on_posted: Callable[[int], None] | None = None
 
 
 def post_outcomes(
@@ -253,8 +256,9 @@ class Completer:
         self._cond = threading.Condition(threading.Lock())
         self._pending: list[_Waiting] = []
         self._writing = False
-        #: called before each write (the process's in-memory metrics go out first)
-        self.before_write: Callable[[], None] | None = None
+        #: called after each batch is written and its calls counted (the process's
+        #: in-memory metrics go out then: a process killed later has lost none of them)
+        self.after_write: Callable[[], None] | None = None
 
     def complete(self, outcome: Outcome) -> int:
         """Write ``outcome`` with every other call finished meanwhile; return when written.
@@ -304,12 +308,6 @@ class Completer:
         the calls that finished meanwhile join it, so they too leave it at their deadline.
         """
         attempt = 0
-        before = self.before_write
-        if before is not None:
-            try:
-                before()
-            except Exception:  # noqa: BLE001 - metrics never hold up an answer
-                log.exception("could not write the call metrics")
         while batch:
             try:
                 posted = post_outcomes(
@@ -354,5 +352,17 @@ class Completer:
                         item.error = value
                     else:
                         item.posted = value
+                self._count(batch)
                 self._settle(batch)
                 return
+
+    def _count(self, batch: list[_Waiting]) -> None:
+        """Count the written calls of ``batch``, then hand the metrics on (once per batch)."""
+        try:
+            for item in batch:
+                if item.error is None and item.outcome.on_posted is not None:
+                    item.outcome.on_posted(item.posted)
+            if self.after_write is not None:
+                self.after_write()
+        except Exception:  # noqa: BLE001 - metrics never hold up an answer
+            log.exception("could not count the calls written")

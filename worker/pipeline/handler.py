@@ -387,12 +387,19 @@ class CallHandler:
         events = [stream_event(responded, requested)]
         if self.routes is not None and result.route:
             self.routes.record(request, result)  # before the reply: the next call finds it
-        try:
-            posted = self.ledger.finish(request, result, events, ack)
+        answered = self.observer.answered
+        try:  # counted once written, in the same batch
+            posted = self.ledger.finish(
+                request, result, events, ack,
+                on_posted=lambda posted: answered(request, result, queue, posted),
+            )  # fmt: skip
         except codec.EncodeError as exc:
             log.error("result of %s could not be encoded: %s", request.id, exc)
-            posted = self.ledger.finish(request, self.pipeline.unencodable(request), ack=ack)
-        self.observer.answered(request, result, queue, posted)  # counted once it is written
+            unencodable = self.pipeline.unencodable(request)
+            posted = self.ledger.finish(
+                request, unencodable, ack=ack,
+                on_posted=lambda posted: answered(request, unencodable, queue, posted),
+            )  # fmt: skip
         if posted == Posted.ALREADY_ANSWERED:
             log.warning(
                 "late %s result of %s (call %s) discarded: the call was answered already",

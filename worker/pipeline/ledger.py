@@ -445,8 +445,12 @@ class Ledger:
         result: ToolCallResult,
         events: list[dict[str, Any]] | None = None,
         ack: InlineAck | None = None,
+        on_posted: Callable[[int], None] | None = None,
     ) -> int:
         """Record the outcome and post the reply unless the call was answered already.
+
+        ``on_posted``, when given, counts the call: called with the :class:`Posted` value
+        by the thread that wrote its batch, before that batch's metrics go out.
 
         ``events`` go to the capped ``<ns>:events`` stream, only with a recorded outcome.
         ``ack``, when given, is the call's Dramatiq message, acknowledged in the same script.
@@ -467,7 +471,7 @@ class Ledger:
         encoded = [codec.dumps(event) for event in events or []]
         outcome = Outcome(
             request.id, request.reply_to, data, self._ttl(request), self.reply_ttl_s,
-            encoded, ack, request.deadline,
+            encoded, ack, request.deadline, on_posted,
         )  # fmt: skip
         try:
             return self.completer.complete(outcome)

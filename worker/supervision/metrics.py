@@ -71,10 +71,9 @@ class Tally:
 
     A write to prometheus-client's multiprocess files takes a lock, a pid check and an
     mmap write per value; a worker process adds up the calls it answers instead and hands
-    the sums to prometheus-client in :meth:`flush`, once per group commit (just before
-    the outcomes are written, so a call's metrics are out before its reply) and at each
-    heartbeat: one increment per label set and batch for a counter, one per bucket and
-    one for the sum for a histogram. Thread-safe.
+    the sums to prometheus-client in :meth:`flush`, once per group commit (right after
+    its calls are written and counted) and each second: one increment per label set and
+    batch for a counter, one per bucket and one for the sum for a histogram. Thread-safe.
     """
 
     def __init__(self) -> None:

@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     aggregates = Accumulator() if settings.aggregates_ttl_s > 0 else None
     failures = FailureLog() if settings.failures_retention_s > 0 else None
     tally = metrics.Tally()  # out once per group commit and each second, not per call
-    ledger.completer.before_write = tally.flush
+    ledger.completer.after_write = tally.flush
     observer = Observer(
         registry,
         worker_id,
