@@ -85,12 +85,14 @@ def test_a_limited_tool_never_runs_more_than_its_limit_across_processes(
 def test_a_call_without_a_slot_by_its_deadline_is_answered_timeout_without_running(
     tc: ToolClient, r: redis.Redis, limits_fleet: Fleet
 ) -> None:
-    """The one slot is held for 2 s; a call with a 0.8 s budget comes back timeout, never run."""
+    """Once the one slot is held (for 2.5 s), a call with a 1.5 s budget comes back timeout,
+    never run (the budget leaves a loaded machine time to fetch the call before its
+    deadline, so it waits for the slot rather than arriving expired)."""
     pids_key = record_key(limits_fleet.namespace, "hold_pids")
     r.delete(pids_key)
-    holder = tc.submit(HOLD, {"seconds": 2.0}, timeout_s=10)
-    time.sleep(0.5)
-    late = tc.call(HOLD, {"seconds": 0.01}, timeout_s=0.8)
+    holder = tc.submit(HOLD, {"seconds": 2.5}, timeout_s=10)
+    assert _wait_for(lambda: bool(r.llen(pids_key)), 10) is not None, "the holder never ran"
+    late = tc.call(HOLD, {"seconds": 0.01}, timeout_s=1.5)
     assert late.status == Status.TIMEOUT
     assert holder.result().status == Status.OK
     assert r.llen(pids_key) == 1  # the late call never ran
