@@ -377,3 +377,19 @@ def bench_env(redis_url: str, namespace: str) -> dict[str, str]:
     env["TOOLFLEET_NAMESPACE"] = namespace
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def end_monitor(url: str, stop: threading.Event, thread: threading.Thread) -> None:
+    """End a thread reading ``MONITOR`` on ``url``: set ``stop``, then send ``PING`` s
+    (each is a line the monitor reads, so its loop sees ``stop``) until it has ended, 5 s
+    at most."""
+    stop.set()
+    waker = redis.Redis.from_url(url)
+    try:
+        for _ in range(50):
+            waker.ping()
+            thread.join(0.1)
+            if not thread.is_alive():
+                break
+    finally:
+        waker.close()

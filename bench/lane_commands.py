@@ -29,7 +29,7 @@ import redis
 BENCH = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH), str(BENCH.parent / "tests")]
 
-from _common import PrivateRedis, Procs, counters_delta, redis_counters  # noqa: E402
+from _common import PrivateRedis, Procs, counters_delta, end_monitor, redis_counters  # noqa: E402
 
 from conftest import start_fleet  # noqa: E402
 from toolfleet.producer import ToolClient  # noqa: E402
@@ -145,14 +145,7 @@ class LpopCensus:
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        waker = redis.Redis.from_url(self.url)
-        for _ in range(50):
-            waker.ping()
-            self._thread.join(0.1)
-            if not self._thread.is_alive():
-                break
-        waker.close()
+        end_monitor(self.url, self._stop, self._thread)
 
 
 def main() -> None:

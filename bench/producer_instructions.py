@@ -192,16 +192,9 @@ class Census:
             self._ready.set()
 
     def stop(self) -> None:
-        import redis
+        from _common import end_monitor
 
-        self._stop.set()
-        waker = redis.Redis.from_url(self._url)
-        for _ in range(50):
-            waker.ping()
-            self._thread.join(0.1)
-            if not self._thread.is_alive():
-                break
-        waker.close()
+        end_monitor(self._url, self._stop, self._thread)
         self._client.close()
 
     def of(self, ports: set[int], calls: int) -> dict[str, Any]:

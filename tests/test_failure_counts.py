@@ -47,19 +47,17 @@ def _calls_samples(port: int) -> list[Any]:
     ]
 
 
-@pytest.fixture
-def hog_fleet(
-    redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
+def _metrics_fleet(
+    redis_url: str, prefix: str, tmp: Path, processes: int, extra: list[str] | None = None
 ) -> Iterator[tuple[Fleet, int]]:
-    """One worker process of two threads serving the promise tools, with /metrics."""
+    """A fleet of ``processes`` worker processes of two threads serving /metrics on a free
+    port, in a fresh namespace under ``prefix``; stopped and its keys deleted after."""
     port = _free_port()
-    tmp = tmp_path_factory.mktemp("hogcount")
     saved = os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    ns = f"{namespace}-hc-{uuid.uuid4().hex[:6]}"
+    ns = f"{prefix}-{uuid.uuid4().hex[:6]}"
     try:
         fleet = start_fleet(
-            redis_url, ns, tmp / "worker.log", processes=1, threads=2,
-            extra=["--extension", "promise_tools:extension"],
+            redis_url, ns, tmp / "worker.log", processes=processes, threads=2, extra=extra,
             env={"TOOLFLEET_METRICS_PORT": str(port), "TMPDIR": str(tmp)},
         )  # fmt: skip
     finally:
@@ -68,6 +66,17 @@ def hog_fleet(
     yield fleet, port
     fleet.stop()
     delete_namespace(redis_url, ns)
+
+
+@pytest.fixture
+def hog_fleet(
+    redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Fleet, int]]:
+    """One worker process of two threads serving the promise tools, with /metrics."""
+    yield from _metrics_fleet(
+        redis_url, f"{namespace}-hc", tmp_path_factory.mktemp("hogcount"), processes=1,
+        extra=["--extension", "promise_tools:extension"],
+    )  # fmt: skip
 
 
 def _until(check: Any, what: str, timeout_s: float = 30.0) -> Any:
@@ -276,19 +285,9 @@ def two_process_fleet(
     redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Fleet, int]]:
     """Two worker processes of the test tools, with /metrics."""
-    port = _free_port()
-    tmp = tmp_path_factory.mktemp("crashcount")
-    saved = os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    ns = f"{namespace}-cc-{uuid.uuid4().hex[:6]}"
-    try:
-        env = {"TOOLFLEET_METRICS_PORT": str(port), "TMPDIR": str(tmp)}
-        fleet = start_fleet(redis_url, ns, tmp / "worker.log", processes=2, threads=2, env=env)
-    finally:
-        if saved is not None:
-            os.environ["PROMETHEUS_MULTIPROC_DIR"] = saved
-    yield fleet, port
-    fleet.stop()
-    delete_namespace(redis_url, ns)
+    yield from _metrics_fleet(
+        redis_url, f"{namespace}-cc", tmp_path_factory.mktemp("crashcount"), processes=2
+    )
 
 
 def test_a_call_whose_process_died_is_counted_once_as_crashed(

@@ -24,6 +24,17 @@ def _burst(client: ToolClient) -> list[Status]:
     return [future.result().status for future in futures]
 
 
+def _without_blmpop(url: str) -> redis.Redis:
+    """An admin client of ``url``, after making the user ``replies`` (password ``secret``),
+    who may run every command but ``BLMPOP``."""
+    admin = redis.Redis.from_url(url)
+    admin.acl_setuser(
+        "replies", enabled=True, passwords=["+secret"], keys=["*"], channels=["*"],
+        commands=["+@all", "-blmpop"],
+    )  # fmt: skip
+    return admin
+
+
 def test_the_reply_listener_takes_replies_with_blmpop_alone(
     counting_server: Server, tmp_path: Path
 ) -> None:
@@ -54,11 +65,7 @@ def test_a_client_not_allowed_blmpop_takes_replies_with_blpop_and_lpop(
     listener's first ``BLMPOP`` is refused, then it waits with ``BLPOP`` and drains with
     ``LPOP``."""
     namespace = f"tfreply-{uuid.uuid4().hex[:6]}"
-    admin = redis.Redis.from_url(counting_server.url)
-    admin.acl_setuser(
-        "replies", enabled=True, passwords=["+secret"], keys=["*"], channels=["*"],
-        commands=["+@all", "-blmpop"],
-    )  # fmt: skip
+    admin = _without_blmpop(counting_server.url)
     fleet = start_fleet(counting_server.url, namespace, tmp_path / "worker.log",
                         processes=1, threads=4)  # fmt: skip
     pool = redis.ConnectionPool.from_url(counting_server.url, username="replies",
@@ -84,11 +91,7 @@ def test_an_async_client_not_allowed_blmpop_takes_replies_with_blpop_and_lpop(
 ) -> None:
     """The same for an AsyncToolClient: every reply comes, by ``BLPOP`` and ``LPOP``."""
     namespace = f"tfreply-{uuid.uuid4().hex[:6]}"
-    admin = redis.Redis.from_url(counting_server.url)
-    admin.acl_setuser(
-        "replies", enabled=True, passwords=["+secret"], keys=["*"], channels=["*"],
-        commands=["+@all", "-blmpop"],
-    )  # fmt: skip
+    admin = _without_blmpop(counting_server.url)
     fleet = start_fleet(counting_server.url, namespace, tmp_path / "worker.log",
                         processes=1, threads=4)  # fmt: skip
     url = counting_server.url.replace("redis://", "redis://replies:secret@", 1)
