@@ -25,18 +25,26 @@ class SwitchBoard:
         self.namespace = namespace
         self.defaults = dict(defaults or {})
         self._states: dict[str, bool] = {}
+        self._loaded: Mapping[Any, Any] | None = None  # the mapping last loaded
 
     def refresh(self, client: redis.Redis) -> None:
         """Read every switch state (one round trip)."""
         self.load(client.hgetall(switches_key(self.namespace)))
 
     def load(self, raw: Mapping[Any, Any]) -> None:
-        """Take every switch state from ``raw``, the ``<ns>:switches`` hash as read."""
+        """Take every switch state from ``raw``, the ``<ns>:switches`` hash as read.
+
+        The calls of one fetched batch share one read: it is parsed once, not per call.
+        """
+        if raw is self._loaded:
+            return
+        self._loaded = raw
         self._states = switch_states(raw)
 
     def adopt(self, states: Mapping[str, bool]) -> None:
         """Take ``states`` (a :meth:`snapshot` of another board) as the states Redis holds."""
         self._states = dict(states)
+        self._loaded = None
 
     @property
     def states(self) -> dict[str, bool]:
