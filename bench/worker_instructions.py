@@ -23,6 +23,7 @@ subtraction only roughly.
 
 from __future__ import annotations
 
+import abc
 import argparse
 import json
 import os
@@ -91,7 +92,7 @@ def _tree(root: subprocess.Popen[bytes]) -> list[int]:
     return [parent.pid, *(child.pid for child in parent.children(recursive=True))]
 
 
-class Side:
+class Side(abc.ABC):
     """How to start, drive and address one system's worker side."""
 
     name = ""
@@ -100,23 +101,27 @@ class Side:
         self.url = url
         self.namespace = namespace
 
+    @abc.abstractmethod
     def argv(self) -> list[str]:
-        raise NotImplementedError
+        """The worker side's command line."""
 
+    @abc.abstractmethod
     def env(self, folder: Path) -> dict[str, str]:
-        raise NotImplementedError
+        """Its environment (logs and health files under ``folder``)."""
 
+    @abc.abstractmethod
     def ready(self, r: Any) -> bool:
-        raise NotImplementedError
+        """Whether it serves, read from Redis ``r``."""
 
+    @abc.abstractmethod
     def burst(self, calls: int) -> Counter[str]:
-        raise NotImplementedError
+        """Send ``calls`` calls at once; their statuses."""
 
     def warm(self, calls: int) -> None:
         self.burst(calls)
 
-    def close(self) -> None:
-        pass
+    def close(self) -> None:  # noqa: B027 - an optional hook: nothing to close by default
+        """Release what :meth:`burst` holds (a client); nothing by default."""
 
 
 class Toolfleet(Side):

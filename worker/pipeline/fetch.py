@@ -26,6 +26,7 @@ A message that does not decode or could not be handled safely is a poison messag
 
 from __future__ import annotations
 
+import abc
 import heapq
 import itertools
 import logging
@@ -232,7 +233,7 @@ class Waiter:
         self._client = None
 
 
-class _Fetcher:
+class _Fetcher(abc.ABC):
     """What both fetchers share: a thread, a waiter, a backoff."""
 
     name = "fetch"
@@ -273,8 +274,9 @@ class _Fetcher:
                 log.exception("fetcher of %s failed; going on", self.queue)
                 self.stop_event.wait(1.0)
 
+    @abc.abstractmethod
     def _step(self) -> None:
-        raise NotImplementedError
+        """One wait or one fetch (raises what Redis raised)."""
 
     def _backoff(self, exc: Exception) -> None:
         if self._failures == 0:
